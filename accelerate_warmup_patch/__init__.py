@@ -1,0 +1,131 @@
+"""Start DeepSpeed's warmup schedulers at the warmup lr on every release.
+
+``import accelerate_warmup_patch`` applies the patch (unless ACCELERATE_WARMUP_PATCH=off). It
+imports neither torch, deepspeed, accelerate nor wrapt: the wrappers are installed the moment
+deepspeed or accelerate is imported, or at once if they already are.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from . import bootstrap, settings
+from .settings import Mode
+
+__all__ = ["Mode", "apply", "remove", "status", "__version__"]
+__version__ = "0.1.0"
+
+logger = logging.getLogger("accelerate_warmup_patch")
+
+# module name -> name of the function in .patch that wraps it
+_TARGETS = {
+    "deepspeed": "patch_deepspeed",
+    "deepspeed.runtime.lr_schedules": "patch_lr_schedules",
+    "accelerate.utils.deepspeed": "patch_accelerate",
+}
+_applied_by: list[str] = []
+_mode: Mode | None = None
+
+
+def _hook_for(function_name: str) -> bootstrap.Hook:
+    def hook(module: Any) -> None:
+        from . import patch
+
+        patch.state.mode = _mode or settings.DEFAULT
+        try:
+            getattr(patch, function_name)(module)
+        except Exception as error:
+            if settings.strict():
+                raise
+            patch.warn_once(f"hook:{module.__name__}", "patching %s failed (%r); it is left unpatched",
+                            module.__name__, error)
+
+    hook.__qualname__ = f"accelerate_warmup_patch.{function_name}"
+    return hook
+
+
+_HOOKS = {name: _hook_for(function) for name, function in _TARGETS.items()}
+
+
+def apply(mode: str | Mode | None = None, *, via: str = "apply()") -> Mode:
+    """Arm the patch in ``mode`` (default: ACCELERATE_WARMUP_PATCH, else ``reset``); returns the mode.
+
+    ACCELERATE_WARMUP_PATCH=off in the environment wins over everything: nothing is patched.
+    Applying again changes the mode but never wraps twice.
+    """
+    global _mode
+    resolved = settings.resolve(mode)
+    if resolved is Mode.OFF:
+        if _mode is not None:
+            remove()
+        logger.debug("mode off (%s): nothing is patched", via)
+        return resolved
+    if _mode is not None:
+        if resolved is not _mode:
+            logger.info("mode changed from %s to %s (%s)", _mode.value, resolved.value, via)
+        _mode = resolved
+        _sync_loaded_patch()
+        _applied_by.append(via)
+        return resolved
+    _mode = resolved
+    _applied_by.append(via)
+    for name, hook in _HOOKS.items():
+        bootstrap.when_imported(name, hook)
+    return resolved
+
+
+def _sync_loaded_patch() -> None:
+    patch = sys.modules.get("accelerate_warmup_patch.patch")
+    if patch is not None and _mode is not None:
+        patch.state.mode = _mode
+
+
+def remove() -> None:
+    """Undo apply(): pending hooks are dropped and every wrapped function is the original again."""
+    global _mode
+    for hook in _HOOKS.values():
+        bootstrap.cancel(hook)
+    patch = sys.modules.get("accelerate_warmup_patch.patch")
+    if patch is not None:
+        patch.unpatch_all()
+    _mode = None
+    _applied_by.clear()
+
+
+def status() -> dict[str, Any]:
+    """What is patched, the mode, the versions seen, and the table's verdict per scheduler class."""
+    from . import releases
+
+    patch = sys.modules.get("accelerate_warmup_patch.patch")
+    patched = [f"{getattr(p.owner, '__module__', '')}.{getattr(p.owner, '__qualname__', p.owner.__name__)}"
+               f".{p.name}".replace("..", ".").lstrip(".")
+               for p in (patch.state.patched if patch else [])]
+    deepspeed_version = _version_of("deepspeed")
+    return {
+        "mode": _mode.value if _mode else "off",
+        "applied_by": list(dict.fromkeys(_applied_by)),
+        "patched": patched,
+        "waiting_for": list(bootstrap.pending()),
+        "fixes_applied": patch.state.fixes if patch else 0,
+        "strict": settings.strict(),
+        "versions": {"deepspeed": deepspeed_version, "accelerate": _version_of("accelerate")},
+        "verdicts": {name: releases.verdict(name, deepspeed_version) for name in releases.scheduler_classes()}
+        if deepspeed_version else {},
+    }
+
+
+def _version_of(distribution: str) -> str | None:
+    module = sys.modules.get(distribution)
+    if module is not None and hasattr(module, "__version__"):
+        return str(module.__version__)
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+apply(via="import")

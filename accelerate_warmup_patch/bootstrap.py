@@ -1,0 +1,125 @@
+"""Post-import hooks with the standard library alone, so that arming the patch costs ~nothing.
+
+wrapt's own importer would do, but importing wrapt costs ~50 ms in every Python process of an
+image that arms the patch from its environment. Here a hook fires at once when its module is
+already imported, otherwise right after the module's code has run. A hook must never break the
+user's import: each one is called inside try/except and only logs.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import logging
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+Hook = Callable[[ModuleType], None]
+
+logger = logging.getLogger("accelerate_warmup_patch")
+_lock = threading.RLock()
+_hooks: dict[str, list[Hook]] = {}
+
+
+def _fire(module: ModuleType) -> None:
+    with _lock:
+        hooks = _hooks.pop(module.__name__, [])
+    for hook in hooks:
+        try:
+            hook(module)
+        except Exception:  # a hook must not break the user's import of its target
+            logger.warning("post-import hook for %s failed; %s is left unpatched",
+                           module.__name__, module.__name__, exc_info=True)
+
+
+class _Loader(importlib.abc.Loader):
+    """Delegates to the real loader, then fires the hooks of the module it just ran."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)  # type: ignore[no-any-return]
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__loader__ = self._loader  # the real one, for pkgutil, inspect and friends
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        _fire(module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Sits first on sys.meta_path and only answers for modules that have pending hooks."""
+
+    _busy = threading.local()
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in _hooks or getattr(self._busy, "active", False):
+            return None
+        self._busy.active = True
+        try:
+            spec = _find_with_the_others(self, fullname, path, target)
+        finally:
+            self._busy.active = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _Loader(spec.loader)
+        return spec
+
+
+def _find_with_the_others(me: _Finder, fullname: str, path: Sequence[str] | None,
+                          target: ModuleType | None) -> importlib.machinery.ModuleSpec | None:
+    for finder in sys.meta_path:
+        if finder is me or not hasattr(finder, "find_spec"):
+            continue
+        spec = finder.find_spec(fullname, path, target)
+        if spec is not None:
+            return spec  # type: ignore[no-any-return]
+    return None
+
+
+_finder = _Finder()
+
+
+def when_imported(name: str, hook: Hook) -> None:
+    """Call ``hook(module)`` now if ``name`` is imported, else right after it is."""
+    module = sys.modules.get(name)
+    if module is not None and not _importing(module):
+        try:
+            hook(module)
+        except Exception:
+            logger.warning("patching %s failed; it is left unpatched", name, exc_info=True)
+        return
+    with _lock:
+        _hooks.setdefault(name, []).append(hook)
+        if _finder not in sys.meta_path:
+            sys.meta_path.insert(0, _finder)
+
+
+def _importing(module: ModuleType) -> bool:
+    spec = getattr(module, "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
+
+
+def cancel(hook: Hook) -> None:
+    """Forget a hook that has not fired yet; drop the finder when none is left."""
+    with _lock:
+        for name in list(_hooks):
+            _hooks[name] = [h for h in _hooks[name] if h is not hook]
+            if not _hooks[name]:
+                del _hooks[name]
+        if not _hooks and _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)
+
+
+def pending() -> tuple[str, ...]:
+    with _lock:
+        return tuple(_hooks)

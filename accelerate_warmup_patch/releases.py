@@ -1,0 +1,197 @@
+"""The version guard table: what each DeepSpeed and accelerate release does, as data.
+
+Every row names where its fact came from: the release's source at its tag, or a real run on
+this project's CI machine (CPU, torch 2.13). This module is the single source for the patch's
+decisions, the README's support table (``python -m accelerate_warmup_patch table``) and the test
+matrix (``noxfile.py``). Keep it free of imports beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+
+class Start(enum.Enum):
+    """What a scheduler does to the optimizer's lr when it is built (``last_batch_iteration=-1``)."""
+
+    LEAVES_OPTIMIZER_LR = "leaves the optimizer's lr"
+    SETS_GROUP_0_ONLY = "sets group 0 only"
+    SETS_EVERY_GROUP = "sets every group"
+
+
+class MaxLrDefault(enum.Enum):
+    """WarmupLR's peak lr when the config gives no ``warmup_max_lr``."""
+
+    CONSTANT = "0.001 for every group"
+    GROUP_0 = "group 0's lr for every group"
+    EACH_GROUP = "each group's own lr"
+
+
+@dataclass(frozen=True)
+class Span:
+    """An inclusive range of releases; ``last=None`` means "up to the newest release we know"."""
+
+    first: str
+    last: str | None
+
+    def contains(self, version: tuple[int, ...]) -> bool:
+        if version < parse(self.first):
+            return False
+        return self.last is None or version <= parse(self.last)
+
+    def __str__(self) -> str:
+        return f"{self.first} – {self.last or NEWEST_DEEPSPEED}"
+
+
+@dataclass(frozen=True)
+class StartFact:
+    scheduler: str
+    span: Span
+    start: Start
+    source: str
+
+
+@dataclass(frozen=True)
+class MaxLrFact:
+    span: Span
+    default: MaxLrDefault
+    source: str
+
+
+@dataclass(frozen=True)
+class BackwardFact:
+    span: Span
+    signature: str
+    source: str
+
+
+def parse(version: str) -> tuple[int, ...]:
+    """``"0.15.3+abc"`` -> ``(0, 15, 3)``; pre-release and local parts are ignored."""
+    match = re.match(r"\s*v?(\d+(?:\.\d+)*)", version)
+    if match is None:
+        raise ValueError(f"not a release version: {version!r}")
+    return tuple(int(part) for part in match.group(1).split("."))
+
+
+# DeepSpeed -------------------------------------------------------------------------------
+
+DEEPSPEED_FLOOR = "0.9.0"  # the oldest release whose lr_schedules.py this table was read from
+NEWEST_DEEPSPEED = "0.19.8"  # the newest release read and run; newer ones are "untested"
+BEHAVIOR_REFERENCE = NEWEST_DEEPSPEED  # the patch backports this release's behavior
+
+_LR_SCHEDULES = "deepspeed/runtime/lr_schedules.py"
+_RUN = "real engine run, CPU, torch 2.13"
+
+SCHEDULER_STARTS: tuple[StartFact, ...] = (
+    StartFact("WarmupLR", Span("0.9.0", "0.15.2"), Start.LEAVES_OPTIMIZER_LR,
+              f"{_LR_SCHEDULES} @ v0.9.0..v0.15.2: __init__ never calls update; {_RUN} on 0.14.4, 0.15.2"),
+    StartFact("WarmupLR", Span("0.15.3", None), Start.SETS_EVERY_GROUP,
+              f"{_LR_SCHEDULES} @ v0.15.3 (PR #6597): update_lr(groups, min_lrs) at -1; {_RUN} on 0.15.3+"),
+    StartFact("WarmupDecayLR", Span("0.9.0", "0.15.2"), Start.LEAVES_OPTIMIZER_LR,
+              f"{_LR_SCHEDULES} @ v0.9.0..v0.15.2: inherits WarmupLR.__init__"),
+    StartFact("WarmupDecayLR", Span("0.15.3", None), Start.SETS_EVERY_GROUP,
+              f"{_LR_SCHEDULES} @ v0.15.3: inherits WarmupLR.__init__"),
+    StartFact("WarmupCosineLR", Span("0.12.3", "0.15.2"), Start.LEAVES_OPTIMIZER_LR,
+              f"{_LR_SCHEDULES} @ v0.12.3 (class added)..v0.15.2: __init__ never calls update"),
+    StartFact("WarmupCosineLR", Span("0.15.3", "0.18.9"), Start.SETS_GROUP_0_ONLY,
+              f"{_LR_SCHEDULES} @ v0.15.3..v0.18.9: get_lr() at -1 returns [0.0], zip() stops at group 0"),
+    StartFact("WarmupCosineLR", Span("0.19.0", None), Start.SETS_EVERY_GROUP,
+              f"{_LR_SCHEDULES} @ v0.19.0 (PR #7969): get_lr() at -1 returns 0.0 per group"),
+    StartFact("OneCycle", Span("0.9.0", None), Start.SETS_EVERY_GROUP,
+              f"{_LR_SCHEDULES} @ v0.9.0..v0.19.8: _initialize_lr sets cycle_min_lr at -1"),
+    StartFact("LRRangeTest", Span("0.9.0", None), Start.SETS_EVERY_GROUP,
+              f"{_LR_SCHEDULES} @ v0.9.0..v0.19.8: __init__ sets lr_range_test_min_lr at -1"),
+)
+
+WARMUP_MAX_LR_DEFAULTS: tuple[MaxLrFact, ...] = (
+    MaxLrFact(Span("0.9.0", "0.17.1"), MaxLrDefault.CONSTANT,
+              f"{_LR_SCHEDULES} @ v0.9.0..v0.17.1: warmup_max_lr: float = 0.001"),
+    MaxLrFact(Span("0.17.2", "0.19.3"), MaxLrDefault.GROUP_0,
+              f"{_LR_SCHEDULES} @ v0.17.2..v0.19.3: [group['lr'] for group in groups][0]"),
+    MaxLrFact(Span("0.19.4", None), MaxLrDefault.EACH_GROUP,
+              f"{_LR_SCHEDULES} @ v0.19.4 (PR #8171): [group['lr'] for group in groups]"),
+)
+
+# accelerate ------------------------------------------------------------------------------
+
+ACCELERATE_FLOOR = "0.10.0"  # before it, DeepSpeedEngineWrapper subclassed DeepSpeedEngine
+NEWEST_ACCELERATE = "1.15.0"
+ACCELERATE_CPU_FLOOR = "0.29.0"  # older releases force nccl and cuda devices for DeepSpeed
+
+_ACC = "src/accelerate/utils/deepspeed.py"
+BACKWARD_SIGNATURES: tuple[BackwardFact, ...] = (
+    BackwardFact(Span("0.10.0", "0.16.0"), "backward(self, loss)",
+                 f"{_ACC} @ v0.10.0..v0.16.0: wraps self.engine, then engine.backward + engine.step"),
+    BackwardFact(Span("0.17.0", "1.7.0"), "backward(self, loss, **kwargs)",
+                 f"{_ACC} @ v0.17.0..v1.7.0"),
+    BackwardFact(Span("1.8.0", None), "backward(self, loss, sync_gradients=True, **kwargs)",
+                 f"{_ACC} @ v1.8.0..v1.15.0: engine.step() only when sync_gradients"),
+)
+
+
+# Lookups ---------------------------------------------------------------------------------
+
+class Support(enum.Enum):
+    UNSUPPORTED = "unsupported"  # older than the floor: the patch does nothing
+    KNOWN = "known"  # inside the table
+    UNTESTED = "untested"  # newer than the table: the patch acts on what it observes
+
+
+def support(version: str, floor: str, newest: str) -> Support:
+    parsed = parse(version)
+    if parsed < parse(floor):
+        return Support.UNSUPPORTED
+    if parsed[:3] > parse(newest):
+        return Support.UNTESTED
+    return Support.KNOWN
+
+
+def deepspeed_support(version: str) -> Support:
+    return support(version, DEEPSPEED_FLOOR, NEWEST_DEEPSPEED)
+
+
+def accelerate_support(version: str) -> Support:
+    return support(version, ACCELERATE_FLOOR, NEWEST_ACCELERATE)
+
+
+def start_fact(scheduler: str, deepspeed_version: str) -> StartFact | None:
+    """The table's row for this scheduler class on this release; None if the table has none."""
+    parsed = parse(deepspeed_version)
+    for fact in SCHEDULER_STARTS:
+        if fact.scheduler == scheduler and fact.span.contains(parsed):
+            return fact
+    if parsed > parse(NEWEST_DEEPSPEED):  # untested release: assume the newest row still holds
+        newest = [f for f in SCHEDULER_STARTS if f.scheduler == scheduler and f.span.last is None]
+        return newest[0] if newest else None
+    return None
+
+
+def warmup_max_lr_default(deepspeed_version: str) -> MaxLrDefault:
+    parsed = parse(deepspeed_version)
+    for fact in WARMUP_MAX_LR_DEFAULTS:
+        if fact.span.contains(parsed):
+            return fact.default
+    return MaxLrDefault.EACH_GROUP
+
+
+def scheduler_classes() -> tuple[str, ...]:
+    return tuple(dict.fromkeys(fact.scheduler for fact in SCHEDULER_STARTS))
+
+
+def verdict(scheduler: str, deepspeed_version: str) -> str:
+    """One word per scheduler class for ``status()`` and ``doctor``."""
+    level = deepspeed_support(deepspeed_version)
+    if level is Support.UNSUPPORTED:
+        return "unsupported"
+    fact = start_fact(scheduler, deepspeed_version)
+    if fact is None:
+        return "absent"
+    if level is Support.UNTESTED:
+        return "untested"
+    if fact.start is Start.SETS_EVERY_GROUP:
+        return "fixed upstream"
+    if fact.start is Start.SETS_GROUP_0_ONLY:
+        return "affected (groups 1+)"
+    return "affected"

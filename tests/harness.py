@@ -1,0 +1,189 @@
+"""Real DeepSpeed and accelerate training loops on CPU that record the lr each optimizer step used.
+
+Used in-process by the tests and as a subprocess runner (``python tests/harness.py SPEC...``) for
+the cases that need a fresh interpreter: import order, start-up activation, accelerate's global
+state. Every scenario is a tiny real model, a real engine, real optimizer steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEDULERS: dict[str, dict[str, Any]] = {
+    "WarmupLR-linear": {"type": "WarmupLR", "params": {
+        "warmup_min_lr": 0.0, "warmup_max_lr": 1e-3, "warmup_num_steps": 5, "warmup_type": "linear"}},
+    "WarmupLR-log": {"type": "WarmupLR", "params": {
+        "warmup_min_lr": 1e-5, "warmup_max_lr": 1e-3, "warmup_num_steps": 5, "warmup_type": "log"}},
+    "WarmupLR-default-max": {"type": "WarmupLR", "params": {
+        "warmup_min_lr": 1e-5, "warmup_num_steps": 4, "warmup_type": "linear"}},
+    "WarmupDecayLR": {"type": "WarmupDecayLR", "params": {
+        "warmup_min_lr": 1e-5, "warmup_max_lr": 1e-3, "warmup_num_steps": 3, "total_num_steps": 8,
+        "warmup_type": "linear"}},
+    "WarmupCosineLR": {"type": "WarmupCosineLR", "params": {
+        "warmup_min_ratio": 0.1, "warmup_num_steps": 3, "total_num_steps": 8, "warmup_type": "linear"}},
+    "OneCycle": {"type": "OneCycle", "params": {
+        "cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3, "cycle_first_step_size": 3, "cycle_momentum": False}},
+    "none": {},
+}
+
+
+@dataclass
+class Spec:
+    """One training run. ``groups`` are the param groups' lrs (one entry per group)."""
+
+    scheduler: str = "WarmupLR-linear"
+    groups: list[float] = field(default_factory=lambda: [1e-3])
+    grad_accum: int = 1
+    zero: int = 0
+    steps: int = 6
+    path: str = "deepspeed"  # or "accelerate"
+    patch: str = "none"  # none | before | after | env  (import accelerate_warmup_patch when)
+    mode: str | None = None  # apply(mode=...) for patch in (before, after)
+    torch_scheduler: bool = False  # a client torch scheduler instead of DeepSpeed's
+
+    @property
+    def key(self) -> str:
+        groups = "+".join(f"{lr:g}" for lr in self.groups)
+        return f"{self.path}:{self.scheduler}:g{groups}:ga{self.grad_accum}:z{self.zero}"
+
+
+def set_up_distributed() -> None:
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+        os.environ.setdefault(name, value)
+
+
+def ds_config(spec: Spec) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": spec.grad_accum,
+        "optimizer": {"type": "Adam", "params": {"lr": spec.groups[0], "torch_adam": True}},
+        "zero_optimization": {"stage": spec.zero},
+        "steps_per_print": 10_000,
+    }
+    if SCHEDULERS[spec.scheduler] and not spec.torch_scheduler:
+        config["scheduler"] = SCHEDULERS[spec.scheduler]
+    return config
+
+
+def _model_and_params(spec: Spec) -> tuple[Any, Any]:
+    import torch
+
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(4, 4) for _ in spec.groups]
+    model = torch.nn.Sequential(*layers)
+    if len(spec.groups) == 1:
+        return model, list(model.parameters())
+    return model, [{"params": list(layer.parameters()), "lr": lr} for layer, lr in zip(layers, spec.groups)]
+
+
+def _recorder(optimizer: Any) -> list[list[float]]:
+    """The lr of every group at the moment each real optimizer step runs."""
+    used: list[list[float]] = []
+
+    def record(opt: Any, args: Any, kwargs: Any) -> None:
+        used.append([float(g["lr"]) for g in opt.param_groups])
+
+    optimizer.register_step_pre_hook(record)
+    return used
+
+
+def _torch_optimizer(engine: Any) -> Any:
+    optimizer = engine.optimizer
+    while not hasattr(optimizer, "register_step_pre_hook") and hasattr(optimizer, "optimizer"):
+        optimizer = optimizer.optimizer
+    return optimizer
+
+
+def run_deepspeed(spec: Spec) -> list[list[float]]:
+    import deepspeed
+    import torch
+
+    set_up_distributed()
+    deepspeed.init_distributed(dist_backend="gloo")
+    model, params = _model_and_params(spec)
+    kwargs: dict[str, Any] = {}
+    if spec.torch_scheduler:
+        kwargs["lr_scheduler"] = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda k: (k + 1) / 4)
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=ds_config(spec), **kwargs)
+    used = _recorder(_torch_optimizer(engine))
+    for _ in range(spec.steps * spec.grad_accum):
+        loss = engine(torch.randn(2, 4)).pow(2).mean()
+        engine.backward(loss)
+        engine.step()
+    return used
+
+
+def run_accelerate(spec: Spec) -> list[list[float]]:
+    import torch
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
+    from accelerate.utils import DeepSpeedPlugin, DummyOptim, DummyScheduler
+
+    set_up_distributed()
+    AcceleratorState._reset_state(True)  # one Accelerator per run, several runs per process
+    GradientState._reset_state()
+    config = ds_config(spec)
+    plugin = DeepSpeedPlugin(hf_ds_config=config)
+    accelerator = Accelerator(deepspeed_plugin=plugin, gradient_accumulation_steps=spec.grad_accum)
+    model, params = _model_and_params(spec)
+    optimizer = DummyOptim(params, lr=spec.groups[0])
+    scheduler = DummyScheduler(optimizer)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    if spec.patch == "after":
+        _import_patch(spec)
+    used = _recorder(_torch_optimizer(model))
+    for _ in range(spec.steps * spec.grad_accum):
+        with accelerator.accumulate(model):
+            loss = model(torch.randn(2, 4)).pow(2).mean()
+            accelerator.backward(loss)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+    return used
+
+
+def _import_patch(spec: Spec) -> None:
+    import accelerate_warmup_patch
+
+    accelerate_warmup_patch.apply(spec.mode)
+
+
+def run(spec: Spec) -> list[list[float]]:
+    if spec.patch == "before":
+        _import_patch(spec)
+    if spec.path == "accelerate":
+        return run_accelerate(spec)
+    if spec.patch == "after":
+        import deepspeed  # noqa: F401  (imported first, patched second)
+
+        _import_patch(spec)
+    return run_deepspeed(spec)
+
+
+def main(argv: list[str]) -> int:
+    """Run each JSON spec in this interpreter; print one JSON line of results."""
+    results = []
+    for text in argv:
+        spec = Spec(**json.loads(text))
+        results.append({"spec": asdict(spec), "lrs": run(spec)})
+    import torch.distributed as dist
+
+    modules = sorted(m for m in ("accelerate_warmup_patch", "accelerate_warmup_patch.patch", "wrapt")
+                     if m in sys.modules)
+    status = None
+    if "accelerate_warmup_patch" in sys.modules:
+        status = sys.modules["accelerate_warmup_patch"].status()
+    print("RESULT " + json.dumps({"results": results, "modules": modules, "status": status}), flush=True)
+    if dist.is_initialized():
+        dist.destroy_process_group()  # CPU DeepSpeed can abort at exit without it
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
