@@ -73,12 +73,25 @@ def _rank() -> int:
 
 def _info(message: str, *args: Any) -> None:
     """INFO on rank 0, DEBUG elsewhere: one line per job, not one per rank."""
+    _make_visible()
     logger.log(logging.INFO if _rank() == 0 else logging.DEBUG, message, *args)
+
+
+def _make_visible() -> None:
+    """With no logging configured anywhere, Python shows only warnings: give our INFO line a home."""
+    if logger.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[accelerate_warmup_patch] %(levelname)s: %(message)s"))
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
 
 
 def warn_once(key: str, message: str, *args: Any) -> None:
     if key not in state.warned:
         state.warned.add(key)
+        _make_visible()
         logger.warning(message, *args)
 
 
@@ -134,9 +147,8 @@ def patch_deepspeed(module: ModuleType) -> None:
 
 
 def patch_lr_schedules(module: ModuleType) -> None:
-    deepspeed = _loaded("deepspeed")
-    if deepspeed is None or releases.deepspeed_support(str(deepspeed.__version__)) is releases.Support.UNSUPPORTED:
-        return
+    # deepspeed/__init__.py imports this module before it sets __version__: no version check
+    # here; the capture is read only by the routine, which checks the release.
     if isinstance(getattr(module, "WarmupLR", None), type) and "__init__" in vars(module.WarmupLR):
         _wrap(module.WarmupLR, "__init__", _warmup_init_wrapper)
 

@@ -82,15 +82,27 @@ def _model_and_params(spec: Spec) -> tuple[Any, Any]:
     return model, [{"params": list(layer.parameters()), "lr": lr} for layer, lr in zip(layers, spec.groups)]
 
 
-def _recorder(optimizer: Any) -> list[list[float]]:
-    """The lr of every group at the moment each real optimizer step runs."""
-    used: list[list[float]] = []
+class Recorder:
+    """The lr of every group at the moment each real optimizer step runs.
 
-    def record(opt: Any, args: Any, kwargs: Any) -> None:
-        used.append([float(g["lr"]) for g in opt.param_groups])
+    ZeRO 1/2 steps the torch optimizer once per group, with ``param_groups`` narrowed to that
+    group, so the hook collects per group dict and ``flush`` turns one engine step into one row.
+    """
 
-    optimizer.register_step_pre_hook(record)
-    return used
+    def __init__(self, optimizer: Any) -> None:
+        self.groups = list(optimizer.param_groups)
+        self.rows: list[list[float | None]] = []
+        self._pending: dict[int, float] = {}
+        optimizer.register_step_pre_hook(self._record)
+
+    def _record(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        for group in optimizer.param_groups:
+            self._pending[id(group)] = float(group["lr"])
+
+    def flush(self) -> None:
+        if self._pending:
+            self.rows.append([self._pending.get(id(g)) for g in self.groups])
+            self._pending.clear()
 
 
 def _torch_optimizer(engine: Any) -> Any:
@@ -100,7 +112,7 @@ def _torch_optimizer(engine: Any) -> Any:
     return optimizer
 
 
-def run_deepspeed(spec: Spec) -> list[list[float]]:
+def run_deepspeed(spec: Spec) -> list[list[float | None]]:
     import deepspeed
     import torch
 
@@ -111,15 +123,16 @@ def run_deepspeed(spec: Spec) -> list[list[float]]:
     if spec.torch_scheduler:
         kwargs["lr_scheduler"] = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda k: (k + 1) / 4)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=ds_config(spec), **kwargs)
-    used = _recorder(_torch_optimizer(engine))
+    recorder = Recorder(_torch_optimizer(engine))
     for _ in range(spec.steps * spec.grad_accum):
         loss = engine(torch.randn(2, 4)).pow(2).mean()
         engine.backward(loss)
         engine.step()
-    return used
+        recorder.flush()
+    return recorder.rows
 
 
-def run_accelerate(spec: Spec) -> list[list[float]]:
+def run_accelerate(spec: Spec) -> list[list[float | None]]:
     import torch
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
@@ -137,7 +150,7 @@ def run_accelerate(spec: Spec) -> list[list[float]]:
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     if spec.patch == "after":
         _import_patch(spec)
-    used = _recorder(_torch_optimizer(model))
+    recorder = Recorder(_torch_optimizer(model))
     for _ in range(spec.steps * spec.grad_accum):
         with accelerator.accumulate(model):
             loss = model(torch.randn(2, 4)).pow(2).mean()
@@ -145,7 +158,8 @@ def run_accelerate(spec: Spec) -> list[list[float]]:
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad()
-    return used
+        recorder.flush()
+    return recorder.rows
 
 
 def _import_patch(spec: Spec) -> None:
@@ -154,9 +168,11 @@ def _import_patch(spec: Spec) -> None:
     accelerate_warmup_patch.apply(spec.mode)
 
 
-def run(spec: Spec) -> list[list[float]]:
+def run(spec: Spec) -> list[list[float | None]]:
     if spec.patch == "before":
         _import_patch(spec)
+    if spec.patch == "after" and "accelerate_warmup_patch" in sys.modules:
+        raise RuntimeError("patch='after' needs a fresh interpreter")
     if spec.path == "accelerate":
         return run_accelerate(spec)
     if spec.patch == "after":
@@ -166,23 +182,55 @@ def run(spec: Spec) -> list[list[float]]:
     return run_deepspeed(spec)
 
 
+def _inject_fault() -> None:
+    """Fault injection: the patch's own knowledge breaks, as a future bug of ours would."""
+    from accelerate_warmup_patch import schedules
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("injected fault")
+
+    schedules.newest_start_lrs = broken  # type: ignore[assignment]
+
+
+def golden() -> dict[str, Any]:
+    """The newest release's trajectories for every scenario, unpatched: the reference file."""
+    import deepspeed
+    import torch
+    from scenarios import ALL
+
+    runs = {spec.key: run(spec) for spec in ALL}
+    return {"deepspeed": deepspeed.__version__, "torch": torch.__version__, "runs": runs}
+
+
 def main(argv: list[str]) -> int:
     """Run each JSON spec in this interpreter; print one JSON line of results."""
+    if argv[:1] == ["--golden"]:  # DeepSpeed prints to stdout: the file gets the JSON alone
+        with open(argv[1], "w") as out:
+            json.dump(golden(), out, indent=1)
+            out.write("\n")
+        _tear_down()
+        return 0
+    if os.environ.get("AWP_TEST_INJECT_FAULT"):
+        _inject_fault()
     results = []
     for text in argv:
         spec = Spec(**json.loads(text))
-        results.append({"spec": asdict(spec), "lrs": run(spec)})
-    import torch.distributed as dist
-
+        results.append({"spec": asdict(spec), "key": spec.key, "lrs": run(spec)})
     modules = sorted(m for m in ("accelerate_warmup_patch", "accelerate_warmup_patch.patch", "wrapt")
                      if m in sys.modules)
     status = None
     if "accelerate_warmup_patch" in sys.modules:
         status = sys.modules["accelerate_warmup_patch"].status()
     print("RESULT " + json.dumps({"results": results, "modules": modules, "status": status}), flush=True)
+    _tear_down()
+    return 0
+
+
+def _tear_down() -> None:
+    import torch.distributed as dist
+
     if dist.is_initialized():
         dist.destroy_process_group()  # CPU DeepSpeed can abort at exit without it
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,203 @@
+"""The core promise, on real engines: every release starts where the newest DeepSpeed starts.
+
+Each test runs against the DeepSpeed and accelerate installed in this venv (nox runs the suite on
+the newest release and on buggy ones). ``golden.json`` holds the newest release's unpatched
+trajectories; ``test_golden_matches_the_newest_release_unpatched`` keeps it honest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from conftest import GOLDEN, Spec, installed, run_python, run_specs
+from scenarios import ACCELERATE, ALL, RAW
+
+from accelerate_warmup_patch import releases
+
+DEEPSPEED = installed("deepspeed")
+ON_GOLDEN_RELEASE = DEEPSPEED == GOLDEN["deepspeed"]
+
+
+def expected_unpatched_first_step(spec: Spec) -> list[float]:
+    """What the guard table says this release's first optimizer step uses, per group."""
+    name = spec.scheduler.split("-")[0]
+    newest = GOLDEN["runs"][spec.key][0]
+    fact = releases.start_fact(name, DEEPSPEED)
+    assert fact is not None, f"the table has no row for {name} on {DEEPSPEED}"
+    if fact.start is releases.Start.SETS_EVERY_GROUP:
+        return newest
+    if fact.start is releases.Start.SETS_GROUP_0_ONLY:
+        return [newest[0], *spec.groups[1:]]
+    return list(spec.groups)
+
+
+@pytest.fixture(scope="session")
+def unpatched():
+    return run_specs(*ALL)
+
+
+@pytest.fixture(scope="session")
+def patched():
+    return run_specs(*(replace(s, patch="before") for s in ALL))
+
+
+@pytest.mark.skipif(not ON_GOLDEN_RELEASE, reason=f"golden.json is from DeepSpeed {GOLDEN['deepspeed']}")
+def test_golden_matches_the_newest_release_unpatched(unpatched):
+    assert unpatched.lrs == GOLDEN["runs"]
+
+
+@pytest.mark.parametrize("spec", ALL, ids=lambda s: s.key)
+def test_unpatched_first_step_is_what_the_guard_table_says(unpatched, spec):
+    assert unpatched.lrs[spec.key][0] == expected_unpatched_first_step(spec)
+
+
+@pytest.mark.parametrize("spec", ALL, ids=lambda s: s.key)
+def test_patched_trajectory_equals_the_newest_release_exactly(patched, spec):
+    assert patched.lrs[spec.key] == GOLDEN["runs"][spec.key]
+
+
+def test_bug_is_reproduced_unpatched_and_fixed_patched_on_a_buggy_release(unpatched, patched):
+    if releases.start_fact("WarmupLR", DEEPSPEED).start is not releases.Start.LEAVES_OPTIMIZER_LR:
+        pytest.skip(f"WarmupLR is fixed upstream on {DEEPSPEED}")
+    key = Spec().key
+    assert unpatched.lrs[key][0] == [1e-3]  # the peak lr, at step 0
+    assert patched.lrs[key][0] == [0.0]
+
+
+def test_a_normal_patched_run_warns_nothing(patched):
+    assert [x for x in patched.patch_lines() if "WARNING" in x] == []
+
+
+def test_one_info_line_names_scheduler_groups_and_change(patched):
+    lines = [x for x in patched.patch_lines() if "WarmupLR: group 0 lr 0.001 -> 0.0" in x]
+    if releases.start_fact("WarmupLR", DEEPSPEED).start is releases.Start.LEAVES_OPTIMIZER_LR:
+        assert lines, patched.stderr[-3000:]
+        assert f"DeepSpeed {DEEPSPEED} leaves the optimizer's lr" in lines[0]
+    else:
+        assert not lines  # fixed releases: nothing to change, nothing to say
+
+
+def test_newest_release_is_left_unchanged(patched):
+    if releases.deepspeed_support(DEEPSPEED) is releases.Support.UNTESTED or not ON_GOLDEN_RELEASE:
+        pytest.skip("only meaningful on the release the golden file comes from")
+    assert patched.data["status"]["fixes_applied"] == 0
+    assert patched.lrs == GOLDEN["runs"]
+
+
+@pytest.mark.parametrize("spec", [RAW[0], RAW[5], ACCELERATE[1]], ids=lambda s: s.key)
+def test_import_after_deepspeed_and_accelerate_still_patches(spec):
+    ran = run_specs(replace(spec, patch="after"))
+    assert ran.lrs[spec.key] == GOLDEN["runs"][spec.key]
+
+
+def test_step_mode_uses_the_schedule_lr_k_at_step_k():
+    specs = [RAW[0], RAW[4], RAW[7], ACCELERATE[1]]
+    ran = run_specs(*(replace(s, patch="before", mode="step") for s in specs))
+    for spec in specs:
+        newest = GOLDEN["runs"][spec.key]
+        assert ran.lrs[spec.key][:-1] == newest[1:], spec.key
+
+
+def test_step_mode_from_the_environment():
+    ran = run_specs(replace(RAW[0], patch="before"), env={"ACCELERATE_WARMUP_PATCH": "step"})
+    assert ran.lrs[RAW[0].key][:-1] == GOLDEN["runs"][RAW[0].key][1:]
+    assert ran.data["status"]["mode"] == "step"
+
+
+def test_off_in_the_environment_beats_an_explicit_import(unpatched):
+    specs = [replace(RAW[0], patch="before"), replace(ACCELERATE[0], patch="before")]
+    ran = run_specs(*specs, env={"ACCELERATE_WARMUP_PATCH": "off"})
+    assert ran.lrs == {s.key: unpatched.lrs[s.key] for s in specs}
+    assert ran.data["status"]["patched"] == []
+    assert "accelerate_warmup_patch.patch" not in ran.data["modules"]
+
+
+def test_a_torch_scheduler_is_left_alone():
+    spec = Spec(scheduler="WarmupLR-linear", torch_scheduler=True, steps=4)
+    plain = run_specs(spec)
+    ran = run_specs(replace(spec, patch="before"))
+    assert ran.lrs == plain.lrs
+    assert ran.data["status"]["fixes_applied"] == 0
+
+
+def test_an_injected_failure_leaves_training_running_unpatched(unpatched):
+    specs = [replace(RAW[0], patch="before"), replace(ACCELERATE[0], patch="before")]
+    ran = run_specs(*specs, env={"AWP_TEST_INJECT_FAULT": "1"})
+    assert ran.lrs == {s.key: unpatched.lrs[s.key] for s in specs}
+    warnings = [x for x in ran.patch_lines() if "WARNING" in x and "injected fault" in x]
+    assert len(warnings) == 1, ran.stderr[-3000:]
+    assert "continues exactly as unpatched" in warnings[0]
+
+
+def test_strict_mode_raises_on_an_injected_failure():
+    ran = run_specs(replace(RAW[0], patch="before"), check=False,
+                    env={"AWP_TEST_INJECT_FAULT": "1", "ACCELERATE_WARMUP_PATCH_STRICT": "1"})
+    assert ran.returncode != 0
+    assert "PatchError" in ran.stderr and "injected fault" in ran.stderr
+
+
+REMOVE = """
+import deepspeed, accelerate.utils.deepspeed as acc
+from deepspeed.runtime import lr_schedules
+originals = (deepspeed.initialize, acc.DeepSpeedEngineWrapper.__dict__['backward'],
+             lr_schedules.WarmupLR.__dict__['__init__'])
+import accelerate_warmup_patch as awp
+awp.apply(); awp.apply(mode="step"); awp.apply()
+wrapped = deepspeed.initialize
+assert wrapped is not originals[0] and wrapped.__wrapped__ is originals[0], "one wrap, exactly"
+assert len(awp.status()["patched"]) == 3, awp.status()
+awp.remove()
+assert deepspeed.initialize is originals[0]
+assert acc.DeepSpeedEngineWrapper.__dict__['backward'] is originals[1]
+assert lr_schedules.WarmupLR.__dict__['__init__'] is originals[2]
+assert awp.status()["patched"] == [] and awp.status()["mode"] == "off"
+awp.apply()
+assert deepspeed.initialize.__wrapped__ is originals[0]
+print("OK")
+"""
+
+
+def test_apply_twice_wraps_once_and_remove_restores_the_originals_exactly():
+    proc = run_python(REMOVE)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_remove_then_train_is_unpatched(unpatched):
+    code = (
+        "import accelerate_warmup_patch as awp, harness, json\n"
+        "awp.remove()\n"
+        "print('LRS', json.dumps(harness.run(harness.Spec())))\n"
+        "harness._tear_down()\n"
+    )
+    proc = run_python(code)
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("LRS "))
+    assert line == "LRS " + __import__("json").dumps(unpatched.lrs[Spec().key])
+
+
+def test_importing_the_package_imports_no_framework():
+    proc = run_python(
+        "import sys, accelerate_warmup_patch\n"
+        "print(sorted(m for m in ('torch','deepspeed','accelerate','wrapt','transformers') if m in sys.modules))"
+    )
+    assert proc.stdout.strip() == "[]", proc.stderr
+
+
+@pytest.mark.parametrize("value", ["bogus", "yes please"])
+def test_a_bad_environment_value_warns_once_and_uses_the_default(value):
+    proc = run_python(
+        "import accelerate_warmup_patch as awp, accelerate_warmup_patch.settings as s\n"
+        "s.env_mode(); s.env_mode()\n"
+        "print(awp.status()['mode'])",
+        env={"ACCELERATE_WARMUP_PATCH": value},
+    )
+    warnings = [x for x in proc.stderr.splitlines() if "ACCELERATE_WARMUP_PATCH" in x]
+    assert len(warnings) == 1, proc.stderr
+    assert repr(value) in warnings[0] and "reset" in warnings[0] and "step" in warnings[0]
+    assert proc.stdout.strip() == "reset"
+
+
+def test_a_bad_environment_value_raises_in_strict_mode():
+    proc = run_python("import accelerate_warmup_patch",
+                      env={"ACCELERATE_WARMUP_PATCH": "bogus", "ACCELERATE_WARMUP_PATCH_STRICT": "1"})
+    assert proc.returncode != 0 and "SettingsError" in proc.stderr
