@@ -195,3 +195,13 @@ def verdict(scheduler: str, deepspeed_version: str) -> str:
     if fact.start is Start.SETS_GROUP_0_ONLY:
         return "affected (groups 1+)"
     return "affected"
+
+
+# Test matrix -----------------------------------------------------------------------------
+
+# The releases `nox -s tests` runs the suite on: the newest (no-op expected) and a buggy one.
+TEST_DEEPSPEED = ("0.15.2", NEWEST_DEEPSPEED)
+TEST_ACCELERATE = NEWEST_ACCELERATE
+TEST_TORCH = "2.13.0"
+TEST_TRANSFORMERS = "5.24.0"  # accelerate 1.x imports transformers when present; pinned, not floated
+DEMO_DEEPSPEED = "0.15.2"  # `nox -s demo` shows the bug and its fix on this release by default

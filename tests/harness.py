@@ -13,6 +13,23 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+
+def _import_demo_without_arming() -> Any:
+    """The package's training loop, without the import arming the patch (each run decides)."""
+    saved = os.environ.get("ACCELERATE_WARMUP_PATCH")
+    os.environ["ACCELERATE_WARMUP_PATCH"] = "off"
+    try:
+        from accelerate_warmup_patch import demo
+    finally:
+        if saved is None:
+            del os.environ["ACCELERATE_WARMUP_PATCH"]
+        else:
+            os.environ["ACCELERATE_WARMUP_PATCH"] = saved
+    return demo
+
+
+demo = _import_demo_without_arming()
+
 SCHEDULERS: dict[str, dict[str, Any]] = {
     "WarmupLR-linear": {"type": "WarmupLR", "params": {
         "warmup_min_lr": 0.0, "warmup_max_lr": 1e-3, "warmup_num_steps": 5, "warmup_type": "linear"}},
@@ -51,13 +68,6 @@ class Spec:
         return f"{self.path}:{self.scheduler}:g{groups}:ga{self.grad_accum}:z{self.zero}"
 
 
-def set_up_distributed() -> None:
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
-    for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
-        os.environ.setdefault(name, value)
-
-
 def ds_config(spec: Spec) -> dict[str, Any]:
     config: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": 2,
@@ -82,54 +92,14 @@ def _model_and_params(spec: Spec) -> tuple[Any, Any]:
     return model, [{"params": list(layer.parameters()), "lr": lr} for layer, lr in zip(layers, spec.groups)]
 
 
-class Recorder:
-    """The lr of every group at the moment each real optimizer step runs.
-
-    ZeRO 1/2 steps the torch optimizer once per group, with ``param_groups`` narrowed to that
-    group, so the hook collects per group dict and ``flush`` turns one engine step into one row.
-    """
-
-    def __init__(self, optimizer: Any) -> None:
-        self.groups = list(optimizer.param_groups)
-        self.rows: list[list[float | None]] = []
-        self._pending: dict[int, float] = {}
-        optimizer.register_step_pre_hook(self._record)
-
-    def _record(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        for group in optimizer.param_groups:
-            self._pending[id(group)] = float(group["lr"])
-
-    def flush(self) -> None:
-        if self._pending:
-            self.rows.append([self._pending.get(id(g)) for g in self.groups])
-            self._pending.clear()
-
-
-def _torch_optimizer(engine: Any) -> Any:
-    optimizer = engine.optimizer
-    while not hasattr(optimizer, "register_step_pre_hook") and hasattr(optimizer, "optimizer"):
-        optimizer = optimizer.optimizer
-    return optimizer
-
-
 def run_deepspeed(spec: Spec) -> list[list[float | None]]:
-    import deepspeed
     import torch
 
-    set_up_distributed()
-    deepspeed.init_distributed(dist_backend="gloo")
     model, params = _model_and_params(spec)
     kwargs: dict[str, Any] = {}
     if spec.torch_scheduler:
         kwargs["lr_scheduler"] = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda k: (k + 1) / 4)
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=ds_config(spec), **kwargs)
-    recorder = Recorder(_torch_optimizer(engine))
-    for _ in range(spec.steps * spec.grad_accum):
-        loss = engine(torch.randn(2, 4)).pow(2).mean()
-        engine.backward(loss)
-        engine.step()
-        recorder.flush()
-    return recorder.rows
+    return demo.train_deepspeed(ds_config(spec), model, params, spec.steps, **kwargs)
 
 
 def run_accelerate(spec: Spec) -> list[list[float | None]]:
@@ -138,7 +108,7 @@ def run_accelerate(spec: Spec) -> list[list[float | None]]:
     from accelerate.state import AcceleratorState, GradientState
     from accelerate.utils import DeepSpeedPlugin, DummyOptim, DummyScheduler
 
-    set_up_distributed()
+    demo.set_up_single_process()
     AcceleratorState._reset_state(True)  # one Accelerator per run, several runs per process
     GradientState._reset_state()
     config = ds_config(spec)
@@ -150,7 +120,7 @@ def run_accelerate(spec: Spec) -> list[list[float | None]]:
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     if spec.patch == "after":
         _import_patch(spec)
-    recorder = Recorder(_torch_optimizer(model))
+    recorder = demo.Recorder(demo.torch_optimizer(model))
     for _ in range(spec.steps * spec.grad_accum):
         with accelerator.accumulate(model):
             loss = model(torch.randn(2, 4)).pow(2).mean()
@@ -171,8 +141,8 @@ def _import_patch(spec: Spec) -> None:
 def run(spec: Spec) -> list[list[float | None]]:
     if spec.patch == "before":
         _import_patch(spec)
-    if spec.patch == "after" and "accelerate_warmup_patch" in sys.modules:
-        raise RuntimeError("patch='after' needs a fresh interpreter")
+    if spec.patch == "after" and _patch_loaded():
+        raise RuntimeError("patch='after' needs an interpreter where nothing was patched yet")
     if spec.path == "accelerate":
         return run_accelerate(spec)
     if spec.patch == "after":
@@ -180,6 +150,10 @@ def run(spec: Spec) -> list[list[float | None]]:
 
         _import_patch(spec)
     return run_deepspeed(spec)
+
+
+def _patch_loaded() -> bool:
+    return "accelerate_warmup_patch.patch" in sys.modules
 
 
 def _inject_fault() -> None:
@@ -227,11 +201,4 @@ def main(argv: list[str]) -> int:
 
 
 def _tear_down() -> None:
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.destroy_process_group()  # CPU DeepSpeed can abort at exit without it
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    demo.tear_down()

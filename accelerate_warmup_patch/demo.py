@@ -1,0 +1,147 @@
+"""A tiny real DeepSpeed training on CPU that records the lr each optimizer step used.
+
+``python -m accelerate_warmup_patch demo`` runs it twice, in separate interpreters, unpatched
+and patched, and prints the two trajectories side by side. The test suite drives the same loop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from typing import Any
+
+DEMO_SCHEDULER = {"type": "WarmupLR", "params": {
+    "warmup_min_lr": 0.0, "warmup_max_lr": 1e-3, "warmup_num_steps": 5, "warmup_type": "linear"}}
+DEMO_STEPS = 6
+RESULT = "AWP-DEMO-RESULT "
+
+
+class Recorder:
+    """The lr of every group at the moment each real optimizer step runs.
+
+    ZeRO 1/2 steps the torch optimizer once per group, with ``param_groups`` narrowed to that
+    group, so the hook collects per group dict and ``flush`` turns one engine step into one row.
+    """
+
+    def __init__(self, optimizer: Any) -> None:
+        self.groups = list(optimizer.param_groups)
+        self.rows: list[list[float | None]] = []
+        self._pending: dict[int, float] = {}
+        optimizer.register_step_pre_hook(self._record)
+
+    def _record(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        for group in optimizer.param_groups:
+            self._pending[id(group)] = float(group["lr"])
+
+    def flush(self) -> None:
+        if self._pending:
+            self.rows.append([self._pending.get(id(g)) for g in self.groups])
+            self._pending.clear()
+
+
+def torch_optimizer(engine: Any) -> Any:
+    """The torch optimizer under DeepSpeed's wrappers (ZeRO, fp16), which really steps."""
+    optimizer = engine.optimizer
+    while not hasattr(optimizer, "register_step_pre_hook") and hasattr(optimizer, "optimizer"):
+        optimizer = optimizer.optimizer
+    return optimizer
+
+
+def set_up_single_process() -> None:
+    """The environment of a one-rank launch, so DeepSpeed runs without a launcher."""
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+        os.environ.setdefault(name, value)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def train_deepspeed(config: dict[str, Any], model: Any, params: Any, steps: int, **kwargs: Any) -> list[Any]:
+    """Build a real engine with ``deepspeed.initialize`` and train ``steps`` optimizer steps."""
+    import deepspeed
+    import torch
+
+    set_up_single_process()
+    deepspeed.init_distributed(dist_backend="gloo")
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=config, **kwargs)
+    recorder = Recorder(torch_optimizer(engine))
+    for _ in range(steps * int(config.get("gradient_accumulation_steps", 1))):
+        loss = engine(torch.randn(2, 4)).pow(2).mean()
+        engine.backward(loss)
+        engine.step()
+        recorder.flush()
+    return recorder.rows
+
+
+def demo_config() -> dict[str, Any]:
+    return {
+        "train_micro_batch_size_per_gpu": 2,
+        "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
+        "scheduler": DEMO_SCHEDULER,
+        "steps_per_print": 10_000,
+    }
+
+
+def run_one() -> None:
+    """Child process: train once with whatever activation the environment holds; print the lrs."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4)
+    rows = train_deepspeed(demo_config(), model, list(model.parameters()), DEMO_STEPS)
+    import deepspeed
+
+    print(RESULT + json.dumps({"lrs": [row[0] for row in rows], "deepspeed": deepspeed.__version__}), flush=True)
+    tear_down()
+
+
+def tear_down() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()  # CPU DeepSpeed can abort at exit without it
+
+
+def _child(mode: str, verbose: bool) -> dict[str, Any]:
+    env = {**os.environ, "ACCELERATE_WARMUP_PATCH": mode}
+    command = [sys.executable, "-m", "accelerate_warmup_patch", "_demo-child"]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True)
+    if verbose or proc.returncode != 0:
+        sys.stderr.write(proc.stderr)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith(RESULT)), None)
+    if proc.returncode != 0 or line is None:
+        raise SystemExit(f"the {mode} run failed (exit {proc.returncode}); its output is above")
+    result: dict[str, Any] = json.loads(line[len(RESULT):])
+    return result
+
+
+def main(verbose: bool = False) -> int:
+    """Parent: the unpatched and the patched run, then the table and a one-line verdict."""
+    print("Training a tiny model on CPU with the installed DeepSpeed, twice (unpatched, patched).")
+    print("The first run on a release builds DeepSpeed's CPU comm op: allow 20-60 s.", flush=True)
+    off = _child("off", verbose)
+    on = _child("reset", verbose)
+    params = DEMO_SCHEDULER["params"]
+    print(f"\nDeepSpeed {off['deepspeed']}, WarmupLR {params['warmup_type']} "
+          f"{params['warmup_min_lr']} -> {params['warmup_max_lr']} over {params['warmup_num_steps']} steps")
+    print(f"{'step':>4}  {'unpatched lr':>14}  {'patched lr':>14}")
+    for step, (before, after) in enumerate(zip(off["lrs"], on["lrs"])):
+        print(f"{step:>4}  {before:>14.6g}  {after:>14.6g}")
+    start = params["warmup_min_lr"]
+    if off["lrs"][0] != start and on["lrs"][0] == start:
+        print(f"\nVerdict: DeepSpeed {off['deepspeed']} has the bug (step 0 ran at {off['lrs'][0]:g}); "
+              f"the patch starts it at {start:g}.")
+    elif off["lrs"][0] == start and on["lrs"] == off["lrs"]:
+        print(f"\nVerdict: DeepSpeed {off['deepspeed']} is fixed upstream; the patch changes nothing.")
+    else:
+        print("\nVerdict: unexpected: step 0 did not start at warmup_min_lr with the patch.")
+        return 1
+    return 0
