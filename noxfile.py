@@ -14,7 +14,7 @@ from pathlib import Path
 import nox
 
 sys.path.insert(0, str(Path(__file__).parent))
-from accelerate_warmup_patch import releases  # noqa: E402  (stdlib-only module)
+from accelerate_warmup_patch import releases
 
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["lint", "tests"]

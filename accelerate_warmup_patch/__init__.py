@@ -14,7 +14,7 @@ from typing import Any
 from . import bootstrap, settings
 from .settings import Mode
 
-__all__ = ["Mode", "apply", "remove", "status", "__version__"]
+__all__ = ["Mode", "__version__", "apply", "remove", "status"]
 __version__ = "0.1.0"
 
 logger = logging.getLogger("accelerate_warmup_patch")

@@ -55,15 +55,14 @@ def _table(check: str | None, write: str | None) -> int:
 
 
 def _status() -> int:
+    import contextlib
     import importlib
 
     import accelerate_warmup_patch
 
     for name in ("deepspeed", "accelerate.utils.deepspeed"):
-        try:
+        with contextlib.suppress(Exception):  # not installed here: status says so
             importlib.import_module(name)
-        except Exception:  # not installed here: status says so
-            pass
     print(json.dumps(accelerate_warmup_patch.status(), indent=2))
     return 0
 

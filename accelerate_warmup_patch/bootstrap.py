@@ -82,7 +82,7 @@ def _find_with_the_others(me: _Finder, fullname: str, path: Sequence[str] | None
             continue
         spec = finder.find_spec(fullname, path, target)
         if spec is not None:
-            return spec  # type: ignore[no-any-return]
+            return spec
     return None
 
 

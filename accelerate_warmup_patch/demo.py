@@ -13,8 +13,9 @@ import subprocess
 import sys
 from typing import Any
 
-DEMO_SCHEDULER = {"type": "WarmupLR", "params": {
-    "warmup_min_lr": 0.0, "warmup_max_lr": 1e-3, "warmup_num_steps": 5, "warmup_type": "linear"}}
+DEMO_PARAMS: dict[str, Any] = {
+    "warmup_min_lr": 0.0, "warmup_max_lr": 1e-3, "warmup_num_steps": 5, "warmup_type": "linear"}
+DEMO_SCHEDULER = {"type": "WarmupLR", "params": DEMO_PARAMS}
 DEMO_STEPS = 6
 RESULT = "AWP-DEMO-RESULT "
 
@@ -129,7 +130,7 @@ def main(verbose: bool = False) -> int:
     print("The first run on a release builds DeepSpeed's CPU comm op: allow 20-60 s.", flush=True)
     off = _child("off", verbose)
     on = _child("reset", verbose)
-    params = DEMO_SCHEDULER["params"]
+    params = DEMO_PARAMS
     print(f"\nDeepSpeed {off['deepspeed']}, WarmupLR {params['warmup_type']} "
           f"{params['warmup_min_lr']} -> {params['warmup_max_lr']} over {params['warmup_num_steps']} steps")
     print(f"{'step':>4}  {'unpatched lr':>14}  {'patched lr':>14}")

@@ -15,6 +15,7 @@ The routine acts at most once per scheduler, never on one that has stepped, and 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import logging
@@ -188,10 +189,8 @@ def _initialize_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, k
 def _backward_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
     if instance is not None and not getattr(instance, "_accelerate_warmup_patch_seen", False):
         prepare_first_step(getattr(instance, "engine", None))
-        try:
+        with contextlib.suppress(Exception):  # a slotted wrapper: the per-scheduler check still holds
             instance._accelerate_warmup_patch_seen = True
-        except Exception:  # a slotted wrapper: the per-scheduler check still holds
-            pass
     return wrapped(*args, **kwargs)
 
 

@@ -42,7 +42,7 @@ class Span:
         return self.last is None or version <= parse(self.last)
 
     def __str__(self) -> str:
-        return f"{self.first} – {self.last or NEWEST_DEEPSPEED}"
+        return f"{self.first} to {self.last or NEWEST_DEEPSPEED}"
 
 
 @dataclass(frozen=True)

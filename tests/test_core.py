@@ -16,7 +16,7 @@ from scenarios import ACCELERATE, ALL, RAW
 from accelerate_warmup_patch import releases
 
 DEEPSPEED = installed("deepspeed")
-ON_GOLDEN_RELEASE = DEEPSPEED == GOLDEN["deepspeed"]
+ON_GOLDEN_RELEASE = GOLDEN["deepspeed"] == DEEPSPEED
 
 
 def expected_unpatched_first_step(spec: Spec) -> list[float]:
