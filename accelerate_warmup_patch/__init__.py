@@ -7,17 +7,18 @@ deepspeed or accelerate is imported, or at once if they already are.
 
 from __future__ import annotations
 
-import logging
+import os
 import sys
-from typing import Any
 
 from . import bootstrap, settings
 from .settings import Mode
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs start-up time in every process of an armed image
+    from typing import Any
+
 __all__ = ["Mode", "__version__", "apply", "remove", "status"]
 __version__ = "0.1.0"
-
-logger = logging.getLogger("accelerate_warmup_patch")
 
 # module name -> name of the function in .patch that wraps it
 _TARGETS = {
@@ -26,7 +27,7 @@ _TARGETS = {
     "accelerate.utils.deepspeed": "patch_accelerate",
 }
 _applied_by: list[str] = []
-_mode: Mode | None = None
+_mode: str | None = None
 
 
 def _hook_for(function_name: str) -> bootstrap.Hook:
@@ -49,7 +50,7 @@ def _hook_for(function_name: str) -> bootstrap.Hook:
 _HOOKS = {name: _hook_for(function) for name, function in _TARGETS.items()}
 
 
-def apply(mode: str | Mode | None = None, *, via: str = "apply()") -> Mode:
+def apply(mode: str | None = None, *, via: str = "apply()") -> str:
     """Arm the patch in ``mode`` (default: ACCELERATE_WARMUP_PATCH, else ``reset``); returns the mode.
 
     ACCELERATE_WARMUP_PATCH=off in the environment wins over everything: nothing is patched.
@@ -57,14 +58,15 @@ def apply(mode: str | Mode | None = None, *, via: str = "apply()") -> Mode:
     """
     global _mode
     resolved = settings.resolve(mode)
-    if resolved is Mode.OFF:
+    if resolved == Mode.OFF:
         if _mode is not None:
             remove()
-        logger.debug("mode off (%s): nothing is patched", via)
         return resolved
     if _mode is not None:
-        if resolved is not _mode:
-            logger.info("mode changed from %s to %s (%s)", _mode.value, resolved.value, via)
+        if resolved != _mode:
+            import logging
+
+            logging.getLogger("accelerate_warmup_patch").info("mode changed from %s to %s (%s)", _mode, resolved, via)
         _mode = resolved
         _sync_loaded_patch()
         _applied_by.append(via)
@@ -104,7 +106,7 @@ def status() -> dict[str, Any]:
                for p in (patch.state.patched if patch else [])]
     deepspeed_version = _version_of("deepspeed")
     return {
-        "mode": _mode.value if _mode else "off",
+        "mode": _mode or Mode.OFF,
         "applied_by": list(dict.fromkeys(_applied_by)),
         "patched": patched,
         "waiting_for": list(bootstrap.pending()),
@@ -126,6 +128,13 @@ def _version_of(distribution: str) -> str | None:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
         return None
+
+
+def arm_from_environment(via: str = "environment") -> None:
+    """Apply only when ACCELERATE_WARMUP_PATCH asks for it: the entry point for .pth and sitecustomize."""
+    value = os.environ.get(settings.ENV_MODE, "").strip().lower()
+    if value and value not in ("off", "0", "false"):
+        apply(via=via)
 
 
 apply(via="import")

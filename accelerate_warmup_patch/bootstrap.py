@@ -8,20 +8,26 @@ user's import: each one is called inside try/except and only logs.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import logging
 import sys
-import threading
-from collections.abc import Callable, Sequence
-from types import ModuleType
-from typing import Any
+import _thread
 
-Hook = Callable[[ModuleType], None]
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing, importlib.abc and logging cost milliseconds in every armed process
+    from collections.abc import Callable, Sequence
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+    from typing import Any
 
-logger = logging.getLogger("accelerate_warmup_patch")
-_lock = threading.RLock()
+    Hook = Callable[[ModuleType], None]
+
+_lock = _thread.RLock()
 _hooks: dict[str, list[Hook]] = {}
+
+
+def _warn(message: str, *args: object) -> None:
+    import logging
+
+    logging.getLogger("accelerate_warmup_patch").warning(message, *args, exc_info=True)
 
 
 def _fire(module: ModuleType) -> None:
@@ -31,17 +37,16 @@ def _fire(module: ModuleType) -> None:
         try:
             hook(module)
         except Exception:  # a hook must not break the user's import of its target
-            logger.warning("post-import hook for %s failed; %s is left unpatched",
-                           module.__name__, module.__name__, exc_info=True)
+            _warn("post-import hook for %s failed; it is left unpatched", module.__name__)
 
 
-class _Loader(importlib.abc.Loader):
+class _Loader:
     """Delegates to the real loader, then fires the hooks of the module it just ran."""
 
     def __init__(self, loader: Any) -> None:
         self._loader = loader
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         return self._loader.create_module(spec)  # type: ignore[no-any-return]
 
     def exec_module(self, module: ModuleType) -> None:
@@ -55,13 +60,13 @@ class _Loader(importlib.abc.Loader):
         return getattr(self._loader, name)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder:
     """Sits first on sys.meta_path and only answers for modules that have pending hooks."""
 
-    _busy = threading.local()
+    _busy = _thread._local()
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         if fullname not in _hooks or getattr(self._busy, "active", False):
             return None
         self._busy.active = True
@@ -71,12 +76,12 @@ class _Finder(importlib.abc.MetaPathFinder):
             self._busy.active = False
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        spec.loader = _Loader(spec.loader)
+        spec.loader = _Loader(spec.loader)  # type: ignore[assignment]
         return spec
 
 
 def _find_with_the_others(me: _Finder, fullname: str, path: Sequence[str] | None,
-                          target: ModuleType | None) -> importlib.machinery.ModuleSpec | None:
+                          target: ModuleType | None) -> ModuleSpec | None:
     for finder in sys.meta_path:
         if finder is me or not hasattr(finder, "find_spec"):
             continue
@@ -96,7 +101,7 @@ def when_imported(name: str, hook: Hook) -> None:
         try:
             hook(module)
         except Exception:
-            logger.warning("patching %s failed; it is left unpatched", name, exc_info=True)
+            _warn("patching %s failed; it is left unpatched", name)
         return
     with _lock:
         _hooks.setdefault(name, []).append(hook)

@@ -44,7 +44,7 @@ class _Patched:
 
 @dataclass
 class _State:
-    mode: Mode = Mode.RESET
+    mode: str = Mode.RESET
     active: bool = False
     patched: list[_Patched] = field(default_factory=list)
     deepspeed_version: str | None = None
@@ -238,7 +238,7 @@ def _prepare(scheduler: Any) -> None:
         logger.debug("%s has already stepped (a resumed run?); left alone", name)
         return
     mode = _current_mode()
-    if mode is Mode.OFF:
+    if mode == Mode.OFF:
         return
     version = state.deepspeed_version or str(getattr(_loaded("deepspeed"), "__version__", "0"))
     if releases.deepspeed_support(version) is releases.Support.UNSUPPORTED:
@@ -256,7 +256,7 @@ def _prepare(scheduler: Any) -> None:
               _why(name, version, mode))
 
 
-def _apply(scheduler: Any, name: str, groups: list[dict[str, Any]], mode: Mode) -> list[str]:
+def _apply(scheduler: Any, name: str, groups: list[dict[str, Any]], mode: str) -> list[str]:
     changes: list[str] = []
     new_max = schedules.newest_max_lrs(scheduler, name, _constructions.get(scheduler))
     if new_max is not None:
@@ -268,7 +268,7 @@ def _apply(scheduler: Any, name: str, groups: list[dict[str, Any]], mode: Mode) 
     for group, target in zip(groups, schedules.newest_start_lrs(scheduler, name)):
         if schedules.lr_value(group["lr"]) != schedules.lr_value(target):
             schedules.set_group_lr(group, target)
-    if mode is Mode.STEP:
+    if mode == Mode.STEP:
         scheduler.step()
     after = [schedules.lr_value(g["lr"]) for g in groups]
     changes.extend(f"group {i} lr {old!r} -> {new!r}" for i, (old, new) in enumerate(zip(before, after))
@@ -276,8 +276,8 @@ def _apply(scheduler: Any, name: str, groups: list[dict[str, Any]], mode: Mode) 
     return changes
 
 
-def _why(name: str, version: str, mode: Mode) -> str:
-    if mode is Mode.STEP:
+def _why(name: str, version: str, mode: str) -> str:
+    if mode == Mode.STEP:
         return "mode=step: the scheduler is stepped once first, so step k uses lr(k)"
     fact = releases.start_fact(name, version)
     if fact is None or fact.start is releases.Start.SETS_EVERY_GROUP:
@@ -305,5 +305,5 @@ def _restore(scheduler: Any, groups: list[dict[str, Any]], saved: tuple[dict[str
             group["lr"] = lr
 
 
-def _current_mode() -> Mode:
+def _current_mode() -> str:
     return state.mode

@@ -1,24 +1,26 @@
-"""ACCELERATE_WARMUP_PATCH* parsing and validation, in one place. Standard library only."""
+"""ACCELERATE_WARMUP_PATCH* parsing and validation, in one place.
+
+On the start-up path of every process of an armed image: imports nothing but ``os`` (already
+loaded by ``site``); ``logging`` is imported only to warn.
+"""
 
 from __future__ import annotations
 
-import enum
-import logging
 import os
 
 ENV_MODE = "ACCELERATE_WARMUP_PATCH"
 ENV_STRICT = "ACCELERATE_WARMUP_PATCH_STRICT"
 
-logger = logging.getLogger("accelerate_warmup_patch")
 
+class Mode:
+    """The modes, as plain strings (an Enum would cost start-up time in every process)."""
 
-class Mode(enum.Enum):
     RESET = "reset"  # every release starts where the newest DeepSpeed starts
     STEP = "step"  # PyTorch convention: optimizer step k uses the schedule's lr(k)
     OFF = "off"  # nothing is patched
 
 
-_ALIASES: dict[str, Mode] = {
+_ALIASES: dict[str, str] = {
     "reset": Mode.RESET, "1": Mode.RESET, "true": Mode.RESET, "on": Mode.RESET,
     "step": Mode.STEP,
     "off": Mode.OFF, "0": Mode.OFF, "false": Mode.OFF,
@@ -41,21 +43,23 @@ def strict() -> bool:
     return _truthy(os.environ.get(ENV_STRICT))
 
 
-def parse_mode(value: str, source: str) -> Mode:
+def parse_mode(value: str, source: str) -> str:
     """Turn a user's spelling into a Mode; an unknown one warns once (raises in strict mode)."""
     mode = _ALIASES.get(value.strip().lower())
     if mode is not None:
         return mode
-    message = f"{source}={value!r} is not one of: {ACCEPTED}; using {DEFAULT.value!r}"
+    message = f"{source}={value!r} is not one of: {ACCEPTED}; using {DEFAULT!r}"
     if strict():
         raise SettingsError(message)
     if (source, value) not in _warned:  # the environment is read more than once per process
         _warned.add((source, value))
-        logger.warning(message)
+        import logging
+
+        logging.getLogger("accelerate_warmup_patch").warning(message)
     return DEFAULT
 
 
-def env_mode() -> Mode | None:
+def env_mode() -> str | None:
     """The mode the environment asks for, or None when ACCELERATE_WARMUP_PATCH is unset or empty."""
     value = os.environ.get(ENV_MODE, "")
     if not value.strip():
@@ -63,13 +67,11 @@ def env_mode() -> Mode | None:
     return parse_mode(value, ENV_MODE)
 
 
-def resolve(requested: str | Mode | None) -> Mode:
+def resolve(requested: str | None) -> str:
     """The mode to run in: off in the environment wins, then the caller's, then the environment's."""
     from_env = env_mode()
-    if from_env is Mode.OFF:
+    if from_env == Mode.OFF:
         return Mode.OFF
     if requested is not None:
-        if isinstance(requested, Mode):
-            return requested
         return parse_mode(str(requested), "apply(mode=...)")
     return from_env or DEFAULT
