@@ -137,4 +137,19 @@ def arm_from_environment(via: str = "environment") -> None:
         apply(via=via)
 
 
-apply(via="import")
+def _activated_by() -> str:
+    """Who is importing us: a .pth line (site.py), sitecustomize, or a plain import."""
+    frame = sys._getframe(1)
+    for _ in range(30):
+        if frame is None:
+            break
+        filename = frame.f_code.co_filename
+        if filename.endswith(("sitecustomize.py", "usercustomize.py")):
+            return "sitecustomize"
+        if filename.endswith(("site.py", "<frozen site>")) and frame.f_code.co_name == "addpackage":
+            return ".pth"
+        frame = frame.f_back  # type: ignore[assignment]
+    return "import"
+
+
+apply(via=_activated_by())

@@ -202,3 +202,7 @@ def main(argv: list[str]) -> int:
 
 def _tear_down() -> None:
     demo.tear_down()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,64 @@
+"""Start-up activation in real interpreters: the installed .pth, the env var, sitecustomize."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import GOLDEN, Spec, run_python, run_specs
+
+PROBE = ("import sys, json\n"
+         "print(json.dumps(sorted(m for m in ('accelerate_warmup_patch', 'accelerate_warmup_patch.patch', "
+         "'wrapt', 'torch', 'deepspeed') if m in sys.modules)))")
+
+
+def _modules(env: dict[str, str]) -> list[str]:
+    proc = run_python(PROBE, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_env_unset_start_up_imports_nothing():
+    assert _modules({}) == []
+
+
+def test_env_off_start_up_imports_nothing():
+    assert _modules({"ACCELERATE_WARMUP_PATCH": "off"}) == []
+
+
+def test_armed_start_up_without_deepspeed_does_not_import_wrapt():
+    assert _modules({"ACCELERATE_WARMUP_PATCH": "reset"}) == ["accelerate_warmup_patch"]
+
+
+def test_armed_by_the_pth_then_import_deepspeed_fixes_the_trajectory():
+    spec = Spec()
+    ran = run_specs(spec, env={"ACCELERATE_WARMUP_PATCH": "1"})
+    assert ran.lrs[spec.key] == GOLDEN["runs"][spec.key]
+    assert ran.data["status"]["applied_by"] == [".pth"]
+
+
+def test_armed_by_the_pth_then_import_accelerate_fixes_the_trajectory():
+    spec = Spec(path="accelerate")
+    ran = run_specs(spec, env={"ACCELERATE_WARMUP_PATCH": "on"})
+    assert ran.lrs[spec.key] == GOLDEN["runs"][spec.key]
+
+
+def test_pth_plus_explicit_import_plus_apply_wraps_once():
+    proc = run_python(
+        "import accelerate_warmup_patch as awp; awp.apply(); awp.arm_from_environment('sitecustomize')\n"
+        "import deepspeed\n"
+        "w = deepspeed.initialize\n"
+        "assert not hasattr(w.__wrapped__, '__wrapped__'), 'wrapped twice'\n"
+        "assert awp.status()['patched'].count('deepspeed.initialize') == 1\n"
+        "print(awp.status()['applied_by'])",
+        env={"ACCELERATE_WARMUP_PATCH": "reset"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "['.pth', 'apply()', 'sitecustomize']"
+
+
+def test_bad_value_at_start_up_warns_once_and_does_not_crash():
+    proc = run_python("import accelerate_warmup_patch as awp; print(awp.status()['mode'])",
+                      env={"ACCELERATE_WARMUP_PATCH": "maybe"})
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == "reset"
+    assert sum("ACCELERATE_WARMUP_PATCH='maybe'" in line for line in proc.stderr.splitlines()) == 1
