@@ -8,8 +8,8 @@ user's import: each one is called inside try/except and only logs.
 
 from __future__ import annotations
 
-import sys
 import _thread
+import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing, importlib.abc and logging cost milliseconds in every armed process
