@@ -50,7 +50,7 @@ def _install_stack(session: nox.Session, deepspeed: str) -> None:
 def tests(session: nox.Session, deepspeed: str) -> None:
     """The suite on real CPU engines with one DeepSpeed release."""
     _install_stack(session, deepspeed)
-    session.install("pytest")
+    session.install("pytest", "matplotlib")
     session.run("pytest", "-q", "-p", "no:cacheprovider", *session.posargs, env={"PYTHONUNBUFFERED": "1"})
 
 

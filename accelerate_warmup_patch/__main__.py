@@ -12,6 +12,11 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="train a tiny model unpatched and patched; compare step lrs")
     demo.add_argument("-v", "--verbose", action="store_true", help="show DeepSpeed's own output")
+    demo.add_argument("--plot", metavar="PNG", help="also draw the lrs (needs the 'plot' extra: matplotlib)")
+    doctor = commands.add_parser("doctor", help="installed versions, verdicts, and whether the patch would run")
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.add_argument("--strict", action="store_true",
+                        help="exit 1 if a release is untested/unsupported or the patch would not be active")
     commands.add_parser("status", help="print status() as JSON, after importing deepspeed/accelerate")
     table = commands.add_parser("table", help="print the README's support table from the guard table")
     table.add_argument("--check", metavar="README", help="exit 1 if README's table is stale")
@@ -22,12 +27,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         from . import demo as demo_module
 
-        return demo_module.main(verbose=args.verbose)
+        return demo_module.main(verbose=args.verbose, plot_path=args.plot)
     if args.command == "_demo-child":
         from . import demo as demo_module
 
         demo_module.run_one()
         return 0
+    if args.command == "doctor":
+        from . import doctor as doctor_module
+
+        return doctor_module.main(as_json=args.json, strict=args.strict)
     if args.command == "status":
         return _status()
     if args.command == "table":

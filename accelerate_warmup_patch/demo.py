@@ -124,7 +124,38 @@ def _child(mode: str, verbose: bool) -> dict[str, Any]:
     return result
 
 
-def main(verbose: bool = False) -> int:
+def newest_release_lrs(steps: int) -> list[float]:
+    """The newest DeepSpeed's trajectory for the demo schedule: step 0 at warmup_min_lr, step k at lr(k-1).
+
+    tests/golden.json holds the same numbers measured on that release.
+    """
+    low, high, warmup = DEMO_PARAMS["warmup_min_lr"], DEMO_PARAMS["warmup_max_lr"], DEMO_PARAMS["warmup_num_steps"]
+    return [low + (high - low) * min(max(k - 1, 0) / warmup, 1.0) for k in range(steps)]
+
+
+def plot(path: str, off: dict[str, Any], on: dict[str, Any]) -> None:
+    """Draw the first steps' lrs unpatched and patched, against the newest release's schedule."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = range(len(off["lrs"]))
+    figure, axes = plt.subplots(figsize=(7, 4))
+    axes.plot(steps, newest_release_lrs(len(off["lrs"])), "k--", lw=4, alpha=0.25,
+              label="newest DeepSpeed (reference)")
+    axes.plot(steps, off["lrs"], "o-", color="tab:red", label=f"DeepSpeed {off['deepspeed']}, unpatched")
+    axes.plot(steps, on["lrs"], "s-", color="tab:green", label=f"DeepSpeed {on['deepspeed']}, patched")
+    axes.set_xlabel("optimizer step")
+    axes.set_ylabel("lr used by the step")
+    axes.set_title("WarmupLR: the lr of the first optimizer steps")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    print(f"Plot written to {path}")
+
+
+def main(verbose: bool = False, plot_path: str | None = None) -> int:
     """Parent: the unpatched and the patched run, then the table and a one-line verdict."""
     print("Training a tiny model on CPU with the installed DeepSpeed, twice (unpatched, patched).")
     print("The first run on a release builds DeepSpeed's CPU comm op: allow 20-60 s.", flush=True)
@@ -136,6 +167,8 @@ def main(verbose: bool = False) -> int:
     print(f"{'step':>4}  {'unpatched lr':>14}  {'patched lr':>14}")
     for step, (before, after) in enumerate(zip(off["lrs"], on["lrs"])):
         print(f"{step:>4}  {before:>14.6g}  {after:>14.6g}")
+    if plot_path:
+        plot(plot_path, off, on)
     start = params["warmup_min_lr"]
     if off["lrs"][0] != start and on["lrs"][0] == start:
         print(f"\nVerdict: DeepSpeed {off['deepspeed']} has the bug (step 0 ran at {off['lrs'][0]:g}); "

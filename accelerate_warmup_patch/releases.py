@@ -191,6 +191,9 @@ def verdict(scheduler: str, deepspeed_version: str) -> str:
     if level is Support.UNTESTED:
         return "untested"
     if fact.start is Start.SETS_EVERY_GROUP:
+        default = warmup_max_lr_default(deepspeed_version)
+        if scheduler == "WarmupLR" and default is not MaxLrDefault.EACH_GROUP:
+            return f"fixed upstream (default warmup_max_lr: {default.value})"
         return "fixed upstream"
     if fact.start is Start.SETS_GROUP_0_ONLY:
         return "affected (groups 1+)"

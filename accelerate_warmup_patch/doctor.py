@@ -1,0 +1,113 @@
+"""``doctor``: what is installed, what the guard table says of it, and whether the patch would run.
+
+Reads package metadata and files only: it imports neither torch, deepspeed nor accelerate, so it
+is fast enough for an image build step (``doctor --strict``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import site
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from . import releases, settings
+
+PTH = "accelerate_warmup_patch.pth"
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _site_dirs() -> list[str]:
+    dirs = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    return dirs
+
+
+def pth_installed() -> str | None:
+    for folder in _site_dirs():
+        if (Path(folder) / PTH).is_file():
+            return str(Path(folder) / PTH)
+    return None
+
+
+def sitecustomize_imports_us() -> str | None:
+    spec = importlib.util.find_spec("sitecustomize")
+    if spec is None or not spec.origin or not Path(spec.origin).is_file():
+        return None
+    return spec.origin if "accelerate_warmup_patch" in Path(spec.origin).read_text(errors="replace") else None
+
+
+def activation() -> dict[str, Any]:
+    """Through what the patch would be active in a new process of this environment, and in which mode."""
+    raw = os.environ.get(settings.ENV_MODE)
+    mode = settings.env_mode()
+    pth, custom = pth_installed(), sitecustomize_imports_us()
+    through = []
+    if mode not in (None, settings.Mode.OFF) and pth:
+        through.append(f"env var {settings.ENV_MODE}={raw!r} + {PTH}")
+    if custom and mode != settings.Mode.OFF:
+        through.append(f"sitecustomize ({custom})")
+    return {
+        "env": raw, "mode": mode or (settings.DEFAULT if custom else "not armed"),
+        "pth": pth, "sitecustomize": custom, "active_at_start_up": bool(through), "through": through,
+        "by_import": "off (the env var wins)" if mode == settings.Mode.OFF else "yes: import accelerate_warmup_patch",
+    }
+
+
+def report() -> dict[str, Any]:
+    versions = {name: _version(name) for name in ("torch", "deepspeed", "accelerate", "transformers")}
+    deepspeed, accelerate = versions["deepspeed"], versions["accelerate"]
+    problems = []
+    if deepspeed is None:
+        problems.append("deepspeed is not installed")
+    else:
+        level = releases.deepspeed_support(deepspeed)
+        if level is not releases.Support.KNOWN:
+            problems.append(f"DeepSpeed {deepspeed} is {level.value} (table: {releases.DEEPSPEED_FLOOR} to "
+                            f"{releases.NEWEST_DEEPSPEED})")
+    if accelerate is not None and releases.accelerate_support(accelerate) is not releases.Support.KNOWN:
+        problems.append(f"accelerate {accelerate} is {releases.accelerate_support(accelerate).value} (table: "
+                        f"{releases.ACCELERATE_FLOOR} to {releases.NEWEST_ACCELERATE})")
+    active = activation()
+    if not active["active_at_start_up"]:
+        problems.append(f"the patch would not be active at start-up (set {settings.ENV_MODE}=reset)")
+    verdicts = {name: releases.verdict(name, deepspeed) for name in releases.scheduler_classes()} if deepspeed else {}
+    return {"versions": versions, "verdicts": verdicts, "activation": active, "problems": problems,
+            "package": _version("accelerate-warmup-patch"), "python": sys.version.split()[0]}
+
+
+def main(as_json: bool, strict: bool) -> int:
+    data = report()
+    if as_json:
+        print(json.dumps(data, indent=2))
+    else:
+        _print(data)
+    return 1 if strict and data["problems"] else 0
+
+
+def _print(data: dict[str, Any]) -> None:
+    print(f"accelerate-warmup-patch {data['package']} on Python {data['python']}")
+    for name, version in data["versions"].items():
+        print(f"  {name:13s} {version or 'not installed'}")
+    if data["verdicts"]:
+        print(f"DeepSpeed {data['versions']['deepspeed']}, per scheduler class:")
+        for name, verdict in data["verdicts"].items():
+            print(f"  {name:15s} {verdict}")
+    active = data["activation"]
+    print(f"Activation: mode {active['mode']}; at start-up: "
+          f"{', '.join(active['through']) if active['through'] else 'no'}; by import: {active['by_import']}")
+    for problem in data["problems"]:
+        print(f"  problem: {problem}")
+    if not data["problems"]:
+        print("OK")

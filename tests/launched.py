@@ -1,0 +1,76 @@
+"""One rank of a real multi-process launch (torchrun, accelerate launch, deepspeed).
+
+Trains the demo model on this rank and writes its lrs to ``$AWP_LAUNCH_OUT/rank<r>.json``. Activation comes from the
+environment the launcher passes down (ACCELERATE_WARMUP_PATCH and the installed .pth), so the
+script itself never imports the package. ``--accelerate`` trains through accelerate's Accelerator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+
+
+def _rows_deepspeed() -> list[list[float | None]]:
+    import deepspeed
+
+    deepspeed.init_distributed(dist_backend="gloo")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4)
+    config = _config()
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=list(model.parameters()), config=config)
+    rows = []
+    for _ in range(4):
+        loss = engine(torch.randn(2, 4)).pow(2).mean()
+        engine.backward(loss)
+        rows.append([float(g["lr"]) for g in engine.optimizer.param_groups])  # what step() will use
+        engine.step()
+    return rows
+
+
+def _rows_accelerate() -> list[list[float | None]]:
+    from accelerate import Accelerator
+    from accelerate.utils import DeepSpeedPlugin, DummyOptim, DummyScheduler
+
+    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=_config()))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4)
+    optimizer = DummyOptim(list(model.parameters()), lr=1e-3)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, DummyScheduler(optimizer))
+    rows = []
+    for _ in range(4):
+        loss = model(torch.randn(2, 4)).pow(2).mean()
+        rows.append([float(g["lr"]) for g in model.optimizer.param_groups])
+        accelerator.backward(loss)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+    return rows
+
+
+def _config() -> dict[str, object]:
+    return {
+        "train_micro_batch_size_per_gpu": 2,
+        "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
+        "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 1e-3,
+                                                      "warmup_num_steps": 5, "warmup_type": "linear"}},
+        "zero_optimization": {"stage": 2},
+        "steps_per_print": 10_000,
+    }
+
+
+def main() -> int:
+    rows = _rows_accelerate() if "--accelerate" in sys.argv else _rows_deepspeed()
+    out = os.environ["AWP_LAUNCH_OUT"]  # a file per rank: launchers interleave their ranks' stdout
+    with open(os.path.join(out, f"rank{os.environ['RANK']}.json"), "w") as file:
+        json.dump(rows, file)
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()  # CPU DeepSpeed can abort at exit without it
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Real 2-rank CPU launches (gloo) armed by the environment alone, through each launcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import HERE, installed
+
+from accelerate_warmup_patch import releases
+
+BIN = Path(sys.executable).parent
+SCRIPT = str(HERE / "launched.py")
+
+
+def _launch(command: list[str], port: int, out: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
+    env = {**os.environ, "ACCELERATE_WARMUP_PATCH": "reset", "MASTER_PORT": str(port), "AWP_LAUNCH_OUT": str(out)}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"):
+        env.pop(name, None)
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=HERE)
+    ranks = {path.stem: json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))}
+    return proc, ranks
+
+
+def _check(launched: tuple[subprocess.CompletedProcess[str], dict[str, object]]) -> None:
+    proc, ranks = launched
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert sorted(ranks) == ["rank0", "rank1"], proc.stdout[-3000:]
+    assert ranks["rank0"] == ranks["rank1"]
+    assert ranks["rank0"] == [[0.0], [0.0], [0.0002], [0.0004]]  # the newest release's trajectory
+    output = proc.stdout + proc.stderr
+    info = [x for x in output.splitlines() if "[accelerate_warmup_patch] INFO" in x]
+    fixed = releases.start_fact("WarmupLR", installed("deepspeed")).start is releases.Start.SETS_EVERY_GROUP
+    assert len(info) == (0 if fixed else 1), output[-3000:]
+
+
+def test_torchrun_two_cpu_ranks(tmp_path):
+    _check(_launch([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                    "--master_port", "29741", SCRIPT], 29741, tmp_path))
+
+
+def test_accelerate_launch_two_cpu_ranks(tmp_path):
+    _check(_launch([str(BIN / "accelerate"), "launch", "--use_deepspeed", "--zero_stage", "2",
+                    "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+                    "--dynamo_backend", "no", "--main_process_port", "29742", SCRIPT, "--accelerate"],
+                   29742, tmp_path))
+
+
+@pytest.mark.skipif(shutil.which("numactl") is None,
+                    reason="DeepSpeed's launcher binds CPU ranks with numactl (Debian package numactl)")
+def test_deepspeed_launcher_two_cpu_ranks(tmp_path):
+    _check(_launch([str(BIN / "deepspeed"), "--num_gpus", "2", "--master_port", "29743", SCRIPT], 29743, tmp_path))
