@@ -24,6 +24,7 @@ __version__ = "0.1.0"
 _TARGETS = {
     "deepspeed": "patch_deepspeed",
     "deepspeed.runtime.lr_schedules": "patch_lr_schedules",
+    "deepspeed.runtime.engine": "patch_engine",
     "accelerate.utils.deepspeed": "patch_accelerate",
 }
 _applied_by: list[str] = []

@@ -13,6 +13,10 @@ import subprocess
 import sys
 from typing import Any
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 DEMO_PARAMS: dict[str, Any] = {
     "warmup_min_lr": 0.0, "warmup_max_lr": 1e-3, "warmup_num_steps": 5, "warmup_type": "linear"}
 DEMO_SCHEDULER = {"type": "WarmupLR", "params": DEMO_PARAMS}
@@ -65,20 +69,30 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def train_deepspeed(config: dict[str, Any], model: Any, params: Any, steps: int, **kwargs: Any) -> list[Any]:
-    """Build a real engine with ``deepspeed.initialize`` and train ``steps`` optimizer steps."""
+def train_deepspeed(config: dict[str, Any], model: Any, params: Any, steps: int,
+                    before: Callable[[Any], None] | None = None, after: Callable[[Any], None] | None = None,
+                    **kwargs: Any) -> list[Any]:
+    """Build a real engine with ``deepspeed.initialize`` and train ``steps`` optimizer steps.
+
+    ``before(engine)`` runs before the first step (a checkpoint load), ``after(engine)`` after the
+    last (a checkpoint save).
+    """
     import deepspeed
     import torch
 
     set_up_single_process()
     deepspeed.init_distributed(dist_backend="gloo")
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=config, **kwargs)
+    if before is not None:
+        before(engine)
     recorder = Recorder(torch_optimizer(engine))
     for _ in range(steps * int(config.get("gradient_accumulation_steps", 1))):
         loss = engine(torch.randn(2, 4)).pow(2).mean()
         engine.backward(loss)
         engine.step()
         recorder.flush()
+    if after is not None:
+        after(engine)
     return recorder.rows
 
 

@@ -154,6 +154,12 @@ def patch_lr_schedules(module: ModuleType) -> None:
         _wrap(module.WarmupLR, "__init__", _warmup_init_wrapper)
 
 
+def patch_engine(module: ModuleType) -> None:
+    engine_class = getattr(module, "DeepSpeedEngine", None)
+    if isinstance(engine_class, type) and "load_checkpoint" in vars(engine_class):
+        _wrap(engine_class, "load_checkpoint", _load_checkpoint_wrapper)
+
+
 def patch_accelerate(module: ModuleType) -> None:
     accelerate = _loaded("accelerate")
     version = str(getattr(accelerate, "__version__", "0"))
@@ -192,6 +198,19 @@ def _backward_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwa
         with contextlib.suppress(Exception):  # a slotted wrapper: the per-scheduler check still holds
             instance._accelerate_warmup_patch_seen = True
     return wrapped(*args, **kwargs)
+
+
+def _load_checkpoint_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
+    result = wrapped(*args, **kwargs)
+    loaded = result[0] if isinstance(result, tuple) and result else result
+    if loaded is not None and state.active:
+        try:
+            align_after_load(instance)
+        except PatchError:
+            raise
+        except Exception as error:
+            _fail_open("aligning the lr after load_checkpoint", error)
+    return result
 
 
 def _warmup_init_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
@@ -274,6 +293,42 @@ def _apply(scheduler: Any, name: str, groups: list[dict[str, Any]], mode: str) -
     changes.extend(f"group {i} lr {old!r} -> {new!r}" for i, (old, new) in enumerate(zip(before, after))
                    if old != new)
     return changes
+
+
+def align_after_load(engine: Any) -> None:
+    """After a checkpoint load, each group holds the lr its scheduler says, as in an uninterrupted run.
+
+    With load_optimizer_states=False (or a module-only load) the optimizer keeps the lr of the
+    fresh run while the scheduler resumes mid-schedule: every release, the newest included, then
+    runs the first resumed step at a stale lr. With the optimizer's states loaded nothing changes.
+    """
+    scheduler = getattr(engine, "lr_scheduler", None)
+    name = schedules.class_name(scheduler) if scheduler is not None else None
+    if name is None or _current_mode() == Mode.OFF:
+        return
+    version = state.deepspeed_version or str(getattr(_loaded("deepspeed"), "__version__", "0"))
+    if releases.deepspeed_support(version) is releases.Support.UNSUPPORTED:
+        return
+    if schedules.is_fresh(scheduler):
+        targets = schedules.newest_start_lrs(scheduler, name)
+    else:
+        targets = list(scheduler.get_lr())
+    groups = scheduler.optimizer.param_groups
+    saved = _snapshot(scheduler, groups)
+    changes = []
+    try:
+        for index, (group, target) in enumerate(zip(groups, targets)):
+            old = schedules.lr_value(group["lr"])
+            if old != schedules.lr_value(target):
+                schedules.set_group_lr(group, target)
+                changes.append(f"group {index} lr {old!r} -> {schedules.lr_value(target)!r}")
+    except BaseException:
+        _restore(scheduler, groups, saved)
+        raise
+    if changes:
+        state.fixes += 1
+        _info("%s: %s after load_checkpoint (the scheduler resumed at iteration %s; the optimizer's lr "
+              "was not restored from the checkpoint)", name, "; ".join(changes), scheduler.last_batch_iteration)
 
 
 def _why(name: str, version: str, mode: str) -> str:

@@ -61,6 +61,9 @@ class Spec:
     patch: str = "none"  # none | before | after | env  (import accelerate_warmup_patch when)
     mode: str | None = None  # apply(mode=...) for patch in (before, after)
     torch_scheduler: bool = False  # a client torch scheduler instead of DeepSpeed's
+    save_to: str | None = None  # save a DeepSpeed checkpoint here after training
+    resume_from: str | None = None  # load this checkpoint before training
+    load_optimizer_states: bool = True
 
     @property
     def key(self) -> str:
@@ -99,6 +102,11 @@ def run_deepspeed(spec: Spec) -> list[list[float | None]]:
     kwargs: dict[str, Any] = {}
     if spec.torch_scheduler:
         kwargs["lr_scheduler"] = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda k: (k + 1) / 4)
+    if spec.save_to:
+        kwargs["after"] = lambda engine: engine.save_checkpoint(spec.save_to, tag="ckpt")
+    if spec.resume_from:
+        kwargs["before"] = lambda engine: engine.load_checkpoint(
+            spec.resume_from, tag="ckpt", load_optimizer_states=spec.load_optimizer_states)
     return demo.train_deepspeed(ds_config(spec), model, params, spec.steps, **kwargs)
 
 

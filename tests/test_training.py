@@ -1,0 +1,37 @@
+"""Real training runs beyond the first step: resume from a checkpoint in a new process."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from conftest import GOLDEN, Spec, run_specs
+
+FULL = Spec(scheduler="WarmupLR-log")  # 6 steps, 1e-5 -> 1e-3
+SPLIT = 3
+
+
+@pytest.mark.parametrize("load_optimizer_states", [True, False], ids=["with-optimizer-states", "without"])
+@pytest.mark.parametrize("patched", [True, False], ids=["patched", "unpatched"])
+def test_resume_in_a_new_process_continues_the_uninterrupted_trajectory(tmp_path, load_optimizer_states, patched):
+    patch = "before" if patched else "none"
+    first = run_specs(replace(FULL, steps=SPLIT, save_to=str(tmp_path), patch=patch))
+    second = run_specs(replace(FULL, steps=FULL.steps - SPLIT, resume_from=str(tmp_path), patch=patch,
+                               load_optimizer_states=load_optimizer_states))
+    uninterrupted = GOLDEN["runs"][FULL.key]
+    resumed = second.lrs[replace(FULL, steps=FULL.steps - SPLIT).key]
+    if patched:
+        assert first.lrs[FULL.key] == uninterrupted[:SPLIT]
+        assert resumed == uninterrupted[SPLIT:]
+    elif not load_optimizer_states:
+        # every release, the newest included, runs the first resumed step at a stale lr
+        assert resumed[0] != uninterrupted[SPLIT]
+        assert resumed[1:] == uninterrupted[SPLIT + 1:]
+
+
+def test_resume_in_step_mode_stays_aligned(tmp_path):
+    first = run_specs(replace(FULL, steps=SPLIT, save_to=str(tmp_path), patch="before", mode="step"))
+    second = run_specs(replace(FULL, steps=FULL.steps - SPLIT, resume_from=str(tmp_path), patch="before",
+                               mode="step", load_optimizer_states=False))
+    shifted = GOLDEN["runs"][FULL.key][1:]  # step k uses lr(k)
+    assert first.lrs[FULL.key] + second.lrs[replace(FULL, steps=FULL.steps - SPLIT).key][:-1] == shifted
