@@ -171,6 +171,12 @@ def plot(path: str, off: dict[str, Any], on: dict[str, Any]) -> None:
 
 def main(verbose: bool = False, plot_path: str | None = None) -> int:
     """Parent: the unpatched and the patched run, then the table and a one-line verdict."""
+    if plot_path:
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            print("--plot needs matplotlib: pip install 'accelerate-warmup-patch[plot]'", file=sys.stderr)
+            return 2
     print("Training a tiny model on CPU with the installed DeepSpeed, twice (unpatched, patched).")
     print("The first run on a release builds DeepSpeed's CPU comm op: allow 20-60 s.", flush=True)
     off = _child("off", verbose)

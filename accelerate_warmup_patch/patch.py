@@ -302,17 +302,15 @@ def align_after_load(engine: Any) -> None:
     fresh run while the scheduler resumes mid-schedule: every release, the newest included, then
     runs the first resumed step at a stale lr. With the optimizer's states loaded nothing changes.
     """
-    scheduler = getattr(engine, "lr_scheduler", None)
+    scheduler: Any = getattr(engine, "lr_scheduler", None)
     name = schedules.class_name(scheduler) if scheduler is not None else None
     if name is None or _current_mode() == Mode.OFF:
         return
     version = state.deepspeed_version or str(getattr(_loaded("deepspeed"), "__version__", "0"))
     if releases.deepspeed_support(version) is releases.Support.UNSUPPORTED:
         return
-    if schedules.is_fresh(scheduler):
-        targets = schedules.newest_start_lrs(scheduler, name)
-    else:
-        targets = list(scheduler.get_lr())
+    fresh = schedules.is_fresh(scheduler)
+    targets = schedules.newest_start_lrs(scheduler, name) if fresh else list(scheduler.get_lr())
     groups = scheduler.optimizer.param_groups
     saved = _snapshot(scheduler, groups)
     changes = []
