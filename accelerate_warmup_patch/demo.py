@@ -49,8 +49,12 @@ class Recorder:
 
 def torch_optimizer(engine: Any) -> Any:
     """The torch optimizer under DeepSpeed's wrappers (ZeRO, fp16), which really steps."""
-    optimizer = engine.optimizer
-    while not hasattr(optimizer, "register_step_pre_hook") and hasattr(optimizer, "optimizer"):
+    return innermost_optimizer(engine.optimizer)
+
+
+def innermost_optimizer(optimizer: Any) -> Any:
+    """Unwrap accelerate's and DeepSpeed's optimizer wrappers down to the torch optimizer."""
+    while hasattr(optimizer, "optimizer"):
         optimizer = optimizer.optimizer
     return optimizer
 
@@ -86,8 +90,9 @@ def train_deepspeed(config: dict[str, Any], model: Any, params: Any, steps: int,
     if before is not None:
         before(engine)
     recorder = Recorder(torch_optimizer(engine))
+    dtype = next(engine.module.parameters()).dtype  # bf16 engines hold bf16 weights
     for _ in range(steps * int(config.get("gradient_accumulation_steps", 1))):
-        loss = engine(torch.randn(2, 4)).pow(2).mean()
+        loss = engine(torch.randn(2, 4, dtype=dtype)).float().pow(2).mean()
         engine.backward(loss)
         engine.step()
         recorder.flush()

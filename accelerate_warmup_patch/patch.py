@@ -104,15 +104,12 @@ def _fail_open(what: str, error: BaseException) -> None:
 
 # Patching --------------------------------------------------------------------------------
 
-def _enabled() -> bool:
-    return state.active
-
-
 def _wrap(owner: Any, name: str, wrapper: Callable[..., Any]) -> None:
     if any(p.owner is owner and p.name == name for p in state.patched):
         return  # one wrap, however often apply() runs
     original = vars(owner)[name] if isinstance(owner, type) else getattr(owner, name)
-    function_wrapper = wrapt.FunctionWrapper(original, wrapper, enabled=_enabled)
+    # no `enabled=` callable: it costs a Python call per call; the wrappers read state.active
+    function_wrapper = wrapt.FunctionWrapper(original, wrapper)
     setattr(owner, name, function_wrapper)
     state.patched.append(_Patched(owner, name, original, function_wrapper))
 
@@ -187,13 +184,13 @@ def _loaded(name: str) -> Any:
 
 def _initialize_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
     result = wrapped(*args, **kwargs)  # the original first: our logic never changes its inputs
-    engine = result[0] if isinstance(result, tuple) and result else result
-    prepare_first_step(engine)
+    if state.active:
+        prepare_first_step(result[0] if isinstance(result, tuple) and result else result)
     return result
 
 
 def _backward_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-    if instance is not None and not getattr(instance, "_accelerate_warmup_patch_seen", False):
+    if state.active and not getattr(instance, "_accelerate_warmup_patch_seen", False):
         prepare_first_step(getattr(instance, "engine", None))
         with contextlib.suppress(Exception):  # a slotted wrapper: the per-scheduler check still holds
             instance._accelerate_warmup_patch_seen = True
@@ -214,7 +211,7 @@ def _load_checkpoint_wrapper(wrapped: Callable[..., Any], instance: Any, args: A
 
 
 def _warmup_init_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-    if instance is not None and instance not in _constructions:
+    if state.active and instance is not None and instance not in _constructions:
         try:
             _constructions[instance] = _capture_construction(wrapped, args, kwargs)
         except Exception as error:

@@ -64,11 +64,15 @@ class Spec:
     save_to: str | None = None  # save a DeepSpeed checkpoint here after training
     resume_from: str | None = None  # load this checkpoint before training
     load_optimizer_states: bool = True
+    bf16: bool = False
+    offload: bool = False  # ZeRO optimizer offload to CPU
 
     @property
     def key(self) -> str:
         groups = "+".join(f"{lr:g}" for lr in self.groups)
-        return f"{self.path}:{self.scheduler}:g{groups}:ga{self.grad_accum}:z{self.zero}"
+        extra = (":bf16" if self.bf16 else "") + (":offload" if self.offload else "")
+        extra += ":torch-scheduler" if self.torch_scheduler else ""
+        return f"{self.path}:{self.scheduler}:g{groups}:ga{self.grad_accum}:z{self.zero}{extra}"
 
 
 def ds_config(spec: Spec) -> dict[str, Any]:
@@ -79,6 +83,10 @@ def ds_config(spec: Spec) -> dict[str, Any]:
         "zero_optimization": {"stage": spec.zero},
         "steps_per_print": 10_000,
     }
+    if spec.bf16:
+        config["bf16"] = {"enabled": True}
+    if spec.offload:
+        config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
     if SCHEDULERS[spec.scheduler] and not spec.torch_scheduler:
         config["scheduler"] = SCHEDULERS[spec.scheduler]
     return config
@@ -140,6 +148,53 @@ def run_accelerate(spec: Spec) -> list[list[float | None]]:
     return recorder.rows
 
 
+def run_trainer(spec: Spec) -> list[list[float | None]]:
+    """The HF Trainer with a DeepSpeed config whose scheduler and optimizer have "auto" values.
+
+    Records the lr each optimizer step used, then appends the Trainer's logged ``learning_rate``
+    values as one more row (prefixed by None) so both can be compared with the newest release.
+    """
+    import torch
+    from accelerate.state import AcceleratorState, GradientState
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
+
+    demo.set_up_single_process()
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=64, n_positions=16))
+    data = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 64, (64, 8))]
+    config = ds_config(spec)
+    config["optimizer"] = {"type": "AdamW", "params": {"lr": "auto", "torch_adam": True}}
+    config["train_micro_batch_size_per_gpu"] = "auto"
+    config["gradient_accumulation_steps"] = "auto"
+    if spec.torch_scheduler:
+        config.pop("scheduler", None)
+    else:
+        config["scheduler"] = {"type": SCHEDULERS[spec.scheduler]["type"], "params": {
+            k: "auto" for k in SCHEDULERS[spec.scheduler]["params"] if k != "warmup_type"} | {"warmup_type": "linear"}}
+
+    class Record(TrainerCallback):  # type: ignore[misc]
+        recorder: Any = None
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.recorder = demo.Recorder(demo.innermost_optimizer(kwargs["optimizer"]))
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.recorder.flush()
+
+    record = Record()
+    args = TrainingArguments(
+        output_dir=spec.save_to or "/tmp/awp-trainer", deepspeed=config, per_device_train_batch_size=2,
+        gradient_accumulation_steps=spec.grad_accum, max_steps=spec.steps, learning_rate=spec.groups[0],
+        warmup_steps=5, lr_scheduler_type="linear", logging_steps=1, report_to=[], save_strategy="no",
+        disable_tqdm=True, seed=0)
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[record])
+    trainer.train()
+    logged = [entry["learning_rate"] for entry in trainer.state.log_history if "learning_rate" in entry]
+    return [*record.recorder.rows, [None, *logged]]
+
+
 def _import_patch(spec: Spec) -> None:
     import accelerate_warmup_patch
 
@@ -153,6 +208,8 @@ def run(spec: Spec) -> list[list[float | None]]:
         raise RuntimeError("patch='after' needs an interpreter where nothing was patched yet")
     if spec.path == "accelerate":
         return run_accelerate(spec)
+    if spec.path == "trainer":
+        return run_trainer(spec)
     if spec.patch == "after":
         import deepspeed  # noqa: F401  (imported first, patched second)
 

@@ -16,10 +16,20 @@ RAW = [
     Spec(scheduler="WarmupLR-linear", zero=2),
     Spec(scheduler="WarmupDecayLR", groups=[1e-3, 5e-4], zero=2, grad_accum=3, steps=4),
     Spec(scheduler="OneCycle"),
+    Spec(scheduler="WarmupLR-linear", zero=1),
+    Spec(scheduler="WarmupCosineLR", groups=[1e-3, 5e-4], zero=3),
+    Spec(scheduler="WarmupLR-linear", zero=2, bf16=True),
+    Spec(scheduler="WarmupLR-linear", zero=3, bf16=True),
+    Spec(scheduler="WarmupLR-linear", zero=2, offload=True),
 ]
 ACCELERATE = [
     Spec(path="accelerate", scheduler="WarmupLR-linear"),
     Spec(path="accelerate", scheduler="WarmupLR-linear", grad_accum=3, steps=4),
     Spec(path="accelerate", scheduler="WarmupCosineLR", zero=2),
 ]
-ALL = RAW + ACCELERATE
+TRAINER = [
+    Spec(path="trainer", scheduler="WarmupLR-linear"),
+    Spec(path="trainer", scheduler="WarmupDecayLR"),
+    Spec(path="trainer", scheduler="WarmupLR-linear", torch_scheduler=True),
+]
+ALL = RAW + ACCELERATE + TRAINER

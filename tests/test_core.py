@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 from conftest import GOLDEN, Spec, installed, run_python, run_specs
-from scenarios import ACCELERATE, ALL, RAW
+from scenarios import ACCELERATE, ALL, RAW, TRAINER
 
 from accelerate_warmup_patch import releases
 
@@ -23,6 +23,8 @@ def expected_unpatched_first_step(spec: Spec) -> list[float]:
     """What the guard table says this release's first optimizer step uses, per group."""
     name = spec.scheduler.split("-")[0]
     newest = GOLDEN["runs"][spec.key][0]
+    if spec.torch_scheduler:
+        return newest  # torch and HF schedulers set the lr at construction, on every release
     fact = releases.start_fact(name, DEEPSPEED)
     assert fact is not None, f"the table has no row for {name} on {DEEPSPEED}"
     if fact.start is releases.Start.SETS_EVERY_GROUP:
@@ -113,6 +115,11 @@ def test_off_in_the_environment_beats_an_explicit_import(unpatched):
     assert "accelerate_warmup_patch.patch" not in ran.data["modules"]
 
 
+def test_the_trainers_own_scheduler_is_left_alone(unpatched, patched):
+    key = TRAINER[2].key
+    assert patched.lrs[key] == unpatched.lrs[key] == GOLDEN["runs"][key]
+
+
 def test_a_torch_scheduler_is_left_alone():
     spec = Spec(scheduler="WarmupLR-linear", torch_scheduler=True, steps=4)
     plain = run_specs(spec)
@@ -140,17 +147,19 @@ def test_strict_mode_raises_on_an_injected_failure():
 REMOVE = """
 import deepspeed, accelerate.utils.deepspeed as acc
 from deepspeed.runtime import lr_schedules
+from deepspeed.runtime.engine import DeepSpeedEngine
 originals = (deepspeed.initialize, acc.DeepSpeedEngineWrapper.__dict__['backward'],
-             lr_schedules.WarmupLR.__dict__['__init__'])
+             lr_schedules.WarmupLR.__dict__['__init__'], DeepSpeedEngine.__dict__['load_checkpoint'])
 import accelerate_warmup_patch as awp
 awp.apply(); awp.apply(mode="step"); awp.apply()
 wrapped = deepspeed.initialize
 assert wrapped is not originals[0] and wrapped.__wrapped__ is originals[0], "one wrap, exactly"
-assert len(awp.status()["patched"]) == 3, awp.status()
+assert len(awp.status()["patched"]) == 4, awp.status()
 awp.remove()
 assert deepspeed.initialize is originals[0]
 assert acc.DeepSpeedEngineWrapper.__dict__['backward'] is originals[1]
 assert lr_schedules.WarmupLR.__dict__['__init__'] is originals[2]
+assert DeepSpeedEngine.__dict__['load_checkpoint'] is originals[3]
 assert awp.status()["patched"] == [] and awp.status()["mode"] == "off"
 awp.apply()
 assert deepspeed.initialize.__wrapped__ is originals[0]
