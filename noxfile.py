@@ -33,16 +33,18 @@ def _find_links() -> list[str]:
     return ["--find-links", folder] if folder and Path(folder).is_dir() else []
 
 
-def _install_stack(session: nox.Session, deepspeed: str) -> None:
+def _install_stack(session: nox.Session, deepspeed: str, accelerate: str = releases.TEST_ACCELERATE) -> None:
     links = _find_links()
     # torch first and pinned: DeepSpeed imports it while building, and a floating torch is a CUDA build
     session.install(*links, f"torch=={releases.TEST_TORCH}", "numpy", "setuptools")
+    old = releases.parse(accelerate) < (1, 1)
+    transformers = releases.TEST_TRANSFORMERS_OLD_ACCELERATE if old else releases.TEST_TRANSFORMERS
     session.install(*links, "--no-build-isolation-package", "deepspeed", f"torch=={releases.TEST_TORCH}",
-                    f"deepspeed=={deepspeed}", f"accelerate=={releases.TEST_ACCELERATE}",
-                    f"transformers=={releases.TEST_TRANSFORMERS}")
+                    f"deepspeed=={deepspeed}", f"accelerate=={accelerate}", f"transformers=={transformers}")
     session.install("-e", ".")
-    # the op DeepSpeed compiles on CPU is cached per release, so releases never share a build
-    session.env["TORCH_EXTENSIONS_DIR"] = str(Path(session.virtualenv.location) / "torch_extensions")
+    # the op DeepSpeed compiles on CPU is cached per release: sessions of one release share the
+    # build (the accelerate tier), different releases never do
+    session.env["TORCH_EXTENSIONS_DIR"] = str(Path(".nox", "_torch_extensions", f"deepspeed-{deepspeed}").resolve())
 
 
 @nox.session(python="3.11")
@@ -54,13 +56,82 @@ def tests(session: nox.Session, deepspeed: str) -> None:
     session.run("pytest", "-q", "-p", "no:cacheprovider", *session.posargs, env={"PYTHONUNBUFFERED": "1"})
 
 
+def _matrix_run(session: nox.Session, tier: str) -> None:
+    session.install("pytest")
+    results = ["--results", "matrix/results.json"] if "--write" in session.posargs else []
+    session.run("python", "tests/matrix.py", tier, *results, env={"PYTHONUNBUFFERED": "1"})
+
+
+@nox.session(python="3.11")
+@nox.parametrize("deepspeed", list(releases.ENGINE_TIER))
+def matrix_engine(session: nox.Session, deepspeed: str) -> None:
+    """Engine tier: real engines, raw and through accelerate, on one DeepSpeed release."""
+    _install_stack(session, deepspeed)
+    _matrix_run(session, "engine")
+
+
+@nox.session(python="3.11")
+@nox.parametrize("deepspeed", list(releases.ACCELERATE_TIER_DEEPSPEED))
+@nox.parametrize("accelerate", list(releases.ACCELERATE_TIER))
+def matrix_accelerate(session: nox.Session, accelerate: str, deepspeed: str) -> None:
+    """accelerate tier: one accelerate release against a buggy and a fixed DeepSpeed."""
+    _install_stack(session, deepspeed, accelerate)
+    _matrix_run(session, "accelerate")
+
+
+@nox.session(python="3.11")
+@nox.parametrize("deepspeed", list(releases.SCHEDULER_TIER))
+def matrix_scheduler(session: nox.Session, deepspeed: str) -> None:
+    """Scheduler tier: the release's own scheduler classes, no engine, with a torch of its time."""
+    session.install(f"torch=={releases.SCHEDULER_TIER_TORCH}", "numpy<2", "setuptools<81")
+    session.install("--no-build-isolation-package", "deepspeed", f"torch=={releases.SCHEDULER_TIER_TORCH}",
+                    "numpy<2", f"deepspeed=={deepspeed}", *releases.SCHEDULER_TIER_EXTRAS.get(deepspeed, ()))
+    session.install("-e", ".")
+    _matrix_run(session, "scheduler")
+
+
+def _notify_all(session: nox.Session, names: list[str]) -> None:
+    for name in names:
+        session.notify(name, session.posargs)
+
+
+@nox.session(python=False)
+def matrix(session: nox.Session) -> None:
+    """Every release of every tier (hours); `-- --write` records each row in matrix/results.json."""
+    _notify_all(session, [f"matrix_engine(deepspeed='{v}')" for v in releases.ENGINE_TIER]
+                + [f"matrix_accelerate(accelerate='{a}', deepspeed='{d}')"
+                   for a in releases.ACCELERATE_TIER for d in releases.ACCELERATE_TIER_DEEPSPEED]
+                + [f"matrix_scheduler(deepspeed='{v}')" for v in releases.SCHEDULER_TIER])
+
+
+@nox.session(python=False)
+def ci_matrix(session: nox.Session) -> None:
+    """The representative subset CI runs on top of `tests`."""
+    _notify_all(session, [f"matrix_engine(deepspeed='{v}')" for v in releases.CI_ENGINE]
+                + [f"matrix_accelerate(accelerate='{a}', deepspeed='{releases.ACCELERATE_TIER_DEEPSPEED[0]}')"
+                   for a in releases.CI_ACCELERATE]
+                + [f"matrix_scheduler(deepspeed='{v}')" for v in releases.CI_SCHEDULER])
+
+
+@nox.session(python="3.11")
+def new_release(session: nox.Session) -> None:
+    """`nox -s new_release -- 0.20.0`: run the matrix scenarios on a release newer than the table
+    and print the table rows to add."""
+    if not session.posargs:
+        session.error("name the release: nox -s new_release -- 0.20.0")
+    _install_stack(session, session.posargs[0])
+    session.install("pytest")
+    session.run("python", "tests/matrix.py", "engine", "--suggest")
+
+
 @nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
     """ruff, mypy, and the README's support table regenerated from the guard table."""
     session.install("ruff", "mypy", "wrapt", "packaging", "-e", ".")
     session.run("ruff", "check", "accelerate_warmup_patch", "tests", "noxfile.py", "benchmarks")
     session.run("mypy")
-    session.run("python", "-m", "accelerate_warmup_patch", "table", "--check", "README.md")
+    session.run("python", "-m", "accelerate_warmup_patch", "table", "--check", "README.md",
+                "--results", "matrix/results.json")
 
 
 @nox.session(python="3.11")

@@ -102,9 +102,7 @@ def status() -> dict[str, Any]:
     from . import releases
 
     patch = sys.modules.get("accelerate_warmup_patch.patch")
-    patched = [f"{getattr(p.owner, '__module__', '')}.{getattr(p.owner, '__qualname__', p.owner.__name__)}"
-               f".{p.name}".replace("..", ".").lstrip(".")
-               for p in (patch.state.patched if patch else [])]
+    patched = [p.label for p in patch.state.patched] if patch else []
     deepspeed_version = _version_of("deepspeed")
     return {
         "mode": _mode or Mode.OFF,

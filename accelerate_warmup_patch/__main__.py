@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     table = commands.add_parser("table", help="print the README's support table from the guard table")
     table.add_argument("--check", metavar="README", help="exit 1 if README's table is stale")
     table.add_argument("--write", metavar="README", help="regenerate README's table in place")
+    table.add_argument("--results", metavar="JSON", help="matrix results to include (matrix/results.json)")
     commands.add_parser("_demo-child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -40,26 +41,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "status":
         return _status()
     if args.command == "table":
-        return _table(args.check, args.write)
+        return _table(args.check, args.write, args.results)
     return 2
 
 
-def _table(check: str | None, write: str | None) -> int:
+def _table(check: str | None, write: str | None, results_path: str | None) -> int:
     from pathlib import Path
 
     from . import table
 
+    results = json.loads(Path(results_path).read_text()) if results_path else None
     if write:
         path = Path(write)
-        path.write_text(table.rewrite(path.read_text()))
+        path.write_text(table.rewrite(path.read_text(), results))
         return 0
     if check:
-        if table.is_current(Path(check).read_text()):
+        if table.is_current(Path(check).read_text(), results):
             return 0
+        extra = f" --results {results_path}" if results_path else ""
         print(f"{check}: the support table is stale; run: python -m accelerate_warmup_patch table "
-              f"--write {check}", file=sys.stderr)
+              f"--write {check}{extra}", file=sys.stderr)
         return 1
-    print(table.markdown())
+    print(table.markdown(results))
     return 0
 
 

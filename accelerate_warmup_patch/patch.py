@@ -36,10 +36,17 @@ logger = logging.getLogger("accelerate_warmup_patch")
 
 @dataclass
 class _Patched:
-    owner: Any
+    owner: Any  # a module or a class
     name: str
     original: Any
     wrapper: Any
+
+    @property
+    def label(self) -> str:
+        """``deepspeed.initialize``, ``deepspeed.runtime.engine.DeepSpeedEngine.load_checkpoint``."""
+        if isinstance(self.owner, ModuleType):
+            return f"{self.owner.__name__}.{self.name}"
+        return f"{self.owner.__module__}.{self.owner.__qualname__}.{self.name}"
 
 
 @dataclass

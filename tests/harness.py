@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
+
+HERE = Path(__file__).parent
+GOLDEN = json.loads((HERE / "golden.json").read_text())
 
 
 def _import_demo_without_arming() -> Any:
@@ -57,7 +63,7 @@ class Spec:
     grad_accum: int = 1
     zero: int = 0
     steps: int = 6
-    path: str = "deepspeed"  # or "accelerate"
+    path: str = "deepspeed"  # or "accelerate", "trainer", "schedule" (no engine)
     patch: str = "none"  # none | before | after | env  (import accelerate_warmup_patch when)
     mode: str | None = None  # apply(mode=...) for patch in (before, after)
     torch_scheduler: bool = False  # a client torch scheduler instead of DeepSpeed's
@@ -148,6 +154,9 @@ def run_accelerate(spec: Spec) -> list[list[float | None]]:
     return recorder.rows
 
 
+TRAINER_SAVE_STEP = 3
+
+
 def run_trainer(spec: Spec) -> list[list[float | None]]:
     """The HF Trainer with a DeepSpeed config whose scheduler and optimizer have "auto" values.
 
@@ -184,15 +193,47 @@ def run_trainer(spec: Spec) -> list[list[float | None]]:
             self.recorder.flush()
 
     record = Record()
+    output = spec.save_to or spec.resume_from or tempfile.mkdtemp(prefix="awp-trainer-")
     args = TrainingArguments(
-        output_dir=spec.save_to or "/tmp/awp-trainer", deepspeed=config, per_device_train_batch_size=2,
+        output_dir=output, deepspeed=config, per_device_train_batch_size=2,
         gradient_accumulation_steps=spec.grad_accum, max_steps=spec.steps, learning_rate=spec.groups[0],
-        warmup_steps=5, lr_scheduler_type="linear", logging_steps=1, report_to=[], save_strategy="no",
+        warmup_steps=5, lr_scheduler_type="linear", logging_steps=1, report_to=[],
+        save_strategy="steps" if spec.save_to else "no", save_steps=TRAINER_SAVE_STEP,
         disable_tqdm=True, seed=0)
     trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[record])
-    trainer.train()
+    if spec.resume_from:
+        trainer.train(resume_from_checkpoint=os.path.join(spec.resume_from, f"checkpoint-{TRAINER_SAVE_STEP}"))
+    else:
+        trainer.train()
     logged = [entry["learning_rate"] for entry in trainer.state.log_history if "learning_rate" in entry]
     return [*record.recorder.rows, [None, *logged]]
+
+
+def run_schedule(spec: Spec) -> list[list[float | None]]:
+    """No engine: the release's own scheduler class driven in the engine's order.
+
+    For releases whose engine cannot run on CPU here: optimizer step, then scheduler step, with the
+    patch's own routine called where ``deepspeed.initialize`` would call it.
+    """
+    import types
+
+    import torch
+    from deepspeed.runtime import lr_schedules
+
+    model, params = _model_and_params(spec)
+    optimizer = torch.optim.AdamW(params, lr=spec.groups[0])
+    config = SCHEDULERS[spec.scheduler]
+    scheduler = getattr(lr_schedules, config["type"])(optimizer, **config["params"])
+    if _patch_loaded():
+        sys.modules["accelerate_warmup_patch.patch"].prepare_first_step(types.SimpleNamespace(lr_scheduler=scheduler))
+    rows: list[list[float | None]] = []
+    for _ in range(spec.steps):
+        model(torch.randn(2, 4)).pow(2).mean().backward()
+        rows.append([float(g["lr"]) for g in optimizer.param_groups])
+        optimizer.step()
+        optimizer.zero_grad()
+        scheduler.step()
+    return rows
 
 
 def _import_patch(spec: Spec) -> None:
@@ -210,11 +251,57 @@ def run(spec: Spec) -> list[list[float | None]]:
         return run_accelerate(spec)
     if spec.path == "trainer":
         return run_trainer(spec)
+    if spec.path == "schedule":
+        return run_schedule(spec)
     if spec.patch == "after":
         import deepspeed  # noqa: F401  (imported first, patched second)
 
         _import_patch(spec)
     return run_deepspeed(spec)
+
+
+class Ran:
+    """One subprocess: its exit code, its stderr, and its results keyed by scenario."""
+
+    def __init__(self, proc: subprocess.CompletedProcess[str]) -> None:
+        self.returncode = proc.returncode
+        self.stderr = proc.stderr
+        self.stdout = proc.stdout
+        line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+        self.data: dict[str, Any] = json.loads(line[len("RESULT "):]) if line else {}
+        self.lrs = {r["key"]: r["lrs"] for r in self.data.get("results", [])}
+
+    def patch_lines(self) -> list[str]:
+        return [x for x in self.stderr.splitlines() if x.startswith("[accelerate_warmup_patch]")]
+
+
+def run_specs(*specs: Spec, env: dict[str, str] | None = None, check: bool = True) -> Ran:
+    """Run the specs in a fresh interpreter of this venv; its results keyed by scenario."""
+    full_env = {**os.environ, **(env or {})}
+    args = [sys.executable, str(HERE / "harness.py"), *(json.dumps(asdict(s)) for s in specs)]
+    proc = subprocess.run(args, env=full_env, capture_output=True, text=True, timeout=900, cwd=HERE)
+    ran = Ran(proc)
+    if check and (proc.returncode != 0 or not ran.data):
+        raise AssertionError(f"harness failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return ran
+
+
+def expected_unpatched_first_step(spec: Spec, deepspeed_version: str) -> list[float]:
+    """What the guard table says this release's first optimizer step uses, per group."""
+    from accelerate_warmup_patch import releases
+
+    name = spec.scheduler.split("-")[0]
+    newest = GOLDEN["runs"][spec.key][0]
+    if spec.torch_scheduler:
+        return list(newest)  # torch and HF schedulers set the lr at construction, on every release
+    fact = releases.start_fact(name, deepspeed_version)
+    if fact is None:
+        raise LookupError(f"the table has no row for {name} on {deepspeed_version}")
+    if fact.start is releases.Start.SETS_EVERY_GROUP:
+        return list(newest)
+    if fact.start is releases.Start.SETS_GROUP_0_ONLY:
+        return [newest[0], *spec.groups[1:]]
+    return list(spec.groups)
 
 
 def _patch_loaded() -> bool:

@@ -12,6 +12,7 @@ RAW = [
     Spec(scheduler="WarmupCosineLR", groups=[1e-3, 5e-4]),
     Spec(scheduler="WarmupLR-linear", groups=[1e-3, 5e-4]),
     Spec(scheduler="WarmupLR-default-max", groups=[1e-3, 5e-4]),
+    Spec(scheduler="WarmupLR-default-max", groups=[2e-3, 5e-4]),
     Spec(scheduler="WarmupLR-linear", grad_accum=3, steps=4),
     Spec(scheduler="WarmupLR-linear", zero=2),
     Spec(scheduler="WarmupDecayLR", groups=[1e-3, 5e-4], zero=2, grad_accum=3, steps=4),
@@ -33,3 +34,9 @@ TRAINER = [
     Spec(path="trainer", scheduler="WarmupLR-linear", torch_scheduler=True),
 ]
 ALL = RAW + ACCELERATE + TRAINER
+
+# The version matrix (tests/matrix.py) runs these on every release: the scheduler classes, param
+# groups and gradient accumulation, raw and through accelerate. Scheduler-tier releases (no engine
+# on CPU) drive the same schedules without an engine, so only the gradient-accumulation-1 ones.
+MATRIX_ENGINE = [s for s in RAW if s.zero == 0 and not s.bf16 and not s.offload] + ACCELERATE[:2]
+MATRIX_SCHEDULER = [s for s in RAW if s.zero == 0 and s.grad_accum == 1 and not s.bf16 and not s.offload]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import harness
 import pytest
 from conftest import GOLDEN, Spec, installed, run_python, run_specs
 from scenarios import ACCELERATE, ALL, RAW, TRAINER
@@ -20,18 +21,7 @@ ON_GOLDEN_RELEASE = GOLDEN["deepspeed"] == DEEPSPEED
 
 
 def expected_unpatched_first_step(spec: Spec) -> list[float]:
-    """What the guard table says this release's first optimizer step uses, per group."""
-    name = spec.scheduler.split("-")[0]
-    newest = GOLDEN["runs"][spec.key][0]
-    if spec.torch_scheduler:
-        return newest  # torch and HF schedulers set the lr at construction, on every release
-    fact = releases.start_fact(name, DEEPSPEED)
-    assert fact is not None, f"the table has no row for {name} on {DEEPSPEED}"
-    if fact.start is releases.Start.SETS_EVERY_GROUP:
-        return newest
-    if fact.start is releases.Start.SETS_GROUP_0_ONLY:
-        return [newest[0], *spec.groups[1:]]
-    return list(spec.groups)
+    return harness.expected_unpatched_first_step(spec, DEEPSPEED)
 
 
 @pytest.fixture(scope="session")

@@ -18,8 +18,9 @@ BIN = Path(sys.executable).parent
 SCRIPT = str(HERE / "launched.py")
 
 
-def _launch(command: list[str], port: int, out: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
-    env = {**os.environ, "ACCELERATE_WARMUP_PATCH": "reset", "MASTER_PORT": str(port), "AWP_LAUNCH_OUT": str(out)}
+def _launch(command: list[str], port: int, out: Path,
+            mode: str = "reset") -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
+    env = {**os.environ, "ACCELERATE_WARMUP_PATCH": mode, "MASTER_PORT": str(port), "AWP_LAUNCH_OUT": str(out)}
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"):
         env.pop(name, None)
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=HERE)
@@ -55,3 +56,14 @@ def test_accelerate_launch_two_cpu_ranks(tmp_path):
                     reason="DeepSpeed's launcher binds CPU ranks with numactl (Debian package numactl)")
 def test_deepspeed_launcher_two_cpu_ranks(tmp_path):
     _check(_launch([str(BIN / "deepspeed"), "--num_gpus", "2", "--master_port", "29743", SCRIPT], 29743, tmp_path))
+
+
+def test_accelerate_launch_in_step_mode_uses_lr_k_at_step_k(tmp_path):
+    proc, ranks = _launch([str(BIN / "accelerate"), "launch", "--use_deepspeed", "--zero_stage", "2",
+                           "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+                           "--dynamo_backend", "no", "--main_process_port", "29744", SCRIPT, "--accelerate"],
+                          29744, tmp_path, mode="step")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert ranks["rank0"] == ranks["rank1"] == [[0.0], [0.0002], [0.0004], [0.0006]]
+    info = [x for x in (proc.stdout + proc.stderr).splitlines() if "[accelerate_warmup_patch] INFO" in x]
+    assert len(info) == 1 and "mode=step" in info[0]

@@ -35,3 +35,20 @@ def test_resume_in_step_mode_stays_aligned(tmp_path):
                                mode="step", load_optimizer_states=False))
     shifted = GOLDEN["runs"][FULL.key][1:]  # step k uses lr(k)
     assert first.lrs[FULL.key] + second.lrs[replace(FULL, steps=FULL.steps - SPLIT).key][:-1] == shifted
+
+
+TRAINER = Spec(path="trainer", scheduler="WarmupLR-linear")
+
+
+def test_trainer_step_mode_uses_lr_k_at_step_k():
+    ran = run_specs(replace(TRAINER, patch="before", mode="step"))
+    steps = GOLDEN["runs"][TRAINER.key][:-1]  # the last row holds the logged learning_rate values
+    assert ran.lrs[TRAINER.key][:-1][:-1] == steps[1:]
+
+
+def test_trainer_resume_from_checkpoint_continues_the_newest_trajectory(tmp_path):
+    full = run_specs(replace(TRAINER, patch="before", save_to=str(tmp_path)))
+    resumed = run_specs(replace(TRAINER, patch="before", resume_from=str(tmp_path)))
+    newest = GOLDEN["runs"][TRAINER.key][:-1]
+    assert full.lrs[TRAINER.key][:-1] == newest
+    assert resumed.lrs[TRAINER.key][:-1] == newest[3:]

@@ -1,0 +1,141 @@
+"""One row of the version matrix: run the scenarios on the installed releases, check the table.
+
+    python tests/matrix.py engine|accelerate|scheduler [--results matrix/results.json] [--suggest]
+
+Runs every matrix scenario unpatched and patched (each in a fresh interpreter), then checks:
+- the guard table: the first optimizer step unpatched, per scheduler class and param group, is what
+  ``releases.py`` claims for this release, and so is WarmupLR's default peak lr;
+- the patch: the whole patched trajectory equals the newest release's (``golden.json``).
+Writes one row (release, tier, verdicts, date, torch) into the results file and exits 1 on any
+mismatch, naming the release. ``--suggest`` prints the table rows a release newer than the table
+would need, from what it observed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from dataclasses import replace
+from importlib import metadata
+from pathlib import Path
+
+import harness
+from harness import GOLDEN, Spec, run_specs
+from scenarios import MATRIX_ENGINE, MATRIX_SCHEDULER
+
+from accelerate_warmup_patch import releases
+
+
+def _golden_key(spec: Spec) -> str:
+    return replace(spec, path="deepspeed").key if spec.path == "schedule" else spec.key
+
+
+def _specs(tier: str, deepspeed: str) -> list[Spec]:
+    if tier == "scheduler":
+        specs = [replace(s, path="schedule") for s in MATRIX_SCHEDULER]
+    elif tier == "accelerate":
+        specs = [s for s in MATRIX_ENGINE if s.path == "accelerate"]
+    else:
+        specs = MATRIX_ENGINE
+    # a class the release does not have yet (WarmupCosineLR before 0.12.3) is no scenario for it
+    return [s for s in specs if releases.start_fact(s.scheduler.split("-")[0], deepspeed) is not None]
+
+
+def _peak_lrs(rows: list[list[float]], spec: Spec) -> list[float]:
+    """WarmupLR's peak per group, read back from step 2 of a linear warmup (lr(1) = min + (peak - min) / n)."""
+    params = harness.SCHEDULERS[spec.scheduler]["params"]
+    low, steps = params["warmup_min_lr"], params["warmup_num_steps"]
+    return [round(low + (lr - low) * steps, 12) for lr in rows[2]]
+
+
+def _expected_peaks(spec: Spec, deepspeed: str) -> list[float]:
+    default = releases.warmup_max_lr_default(deepspeed)
+    if default is releases.MaxLrDefault.CONSTANT:
+        return [0.001] * len(spec.groups)
+    if default is releases.MaxLrDefault.GROUP_0:
+        return [spec.groups[0]] * len(spec.groups)
+    return list(spec.groups)
+
+
+def check(tier: str) -> tuple[dict[str, object], list[str]]:
+    deepspeed = metadata.version("deepspeed")
+    specs = _specs(tier, deepspeed)
+    unpatched = run_specs(*specs)
+    patched = run_specs(*(replace(s, patch="before") for s in specs))
+    problems = []
+    buggy = []
+    for spec in specs:
+        observed = unpatched.lrs[spec.key]
+        expected = harness.expected_unpatched_first_step(replace(spec, path="deepspeed")
+                                                         if spec.path == "schedule" else spec, deepspeed)
+        if observed[0] != expected:
+            problems.append(f"table: {spec.key} step 0 unpatched is {observed[0]}, the table says {expected}")
+        if observed[0] != GOLDEN["runs"][_golden_key(spec)][0]:
+            groups = f" ({len(spec.groups)} groups)" if len(spec.groups) > 1 else ""
+            buggy.append(spec.scheduler.split("-")[0] + groups)
+        if spec.scheduler == "WarmupLR-default-max" and _peak_lrs(observed, spec) != _expected_peaks(spec, deepspeed):
+            problems.append(f"table: {spec.key} default peak is {_peak_lrs(observed, spec)}, the table says "
+                            f"{_expected_peaks(spec, deepspeed)}")
+        if patched.lrs[spec.key] != GOLDEN["runs"][_golden_key(spec)]:
+            problems.append(f"patch: {spec.key} patched differs from DeepSpeed {GOLDEN['deepspeed']}")
+    import torch
+
+    row: dict[str, object] = {
+        "deepspeed": deepspeed, "accelerate": _version("accelerate"), "tier": tier,
+        "unpatched": ("step 0 off the newest release's lr: " + ", ".join(dict.fromkeys(buggy))) if buggy
+        else "same start as the newest release",
+        "patched": "equals the newest release" if not any(p.startswith("patch") for p in problems) else "DIFFERS",
+        "table": "matches" if not any(p.startswith("table") for p in problems) else "MISMATCH",
+        "scenarios": len(specs), "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+    }
+    return row, problems
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def suggest(deepspeed: str) -> None:
+    """Print the StartFact rows that describe what this release was seen doing."""
+    specs = _specs("engine", releases.NEWEST_DEEPSPEED)
+    unpatched = run_specs(*specs)
+    for name in releases.scheduler_classes():
+        runs = [s for s in specs if s.scheduler.split("-")[0] == name and s.path == "deepspeed"]
+        if not runs:
+            continue
+        same = all(unpatched.lrs[s.key][0] == GOLDEN["runs"][s.key][0] for s in runs)
+        start = "SETS_EVERY_GROUP" if same else "LEAVES_OPTIMIZER_LR  # check: differs from the newest"
+        print(f'    StartFact("{name}", Span("{deepspeed}", None), Start.{start}, "{_RUN} on {deepspeed}"),')
+
+
+_RUN = "real engine run, CPU"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("tier", choices=["engine", "accelerate", "scheduler"])
+    parser.add_argument("--results", type=Path)
+    parser.add_argument("--suggest", action="store_true")
+    args = parser.parse_args()
+    if args.suggest:
+        suggest(metadata.version("deepspeed"))
+        return 0
+    row, problems = check(args.tier)
+    print(json.dumps(row))
+    for problem in problems:
+        print(f"DeepSpeed {row['deepspeed']}: {problem}", file=sys.stderr)
+    if args.results:
+        results = json.loads(args.results.read_text()) if args.results.exists() else {}
+        results[f"{row['tier']}:{row['deepspeed']}:{row['accelerate'] or '-'}"] = row
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        args.results.write_text(json.dumps(dict(sorted(results.items())), indent=1) + "\n")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
