@@ -83,9 +83,10 @@ def matrix_accelerate(session: nox.Session, accelerate: str, deepspeed: str) -> 
 @nox.parametrize("deepspeed", list(releases.SCHEDULER_TIER))
 def matrix_scheduler(session: nox.Session, deepspeed: str) -> None:
     """Scheduler tier: the release's own scheduler classes, no engine, with a torch of its time."""
-    session.install(f"torch=={releases.SCHEDULER_TIER_TORCH}", "numpy<2", "setuptools<81")
+    extras = releases.SCHEDULER_TIER_EXTRAS.get(deepspeed, ())  # DeepSpeed's setup.py imports them: first
+    session.install(f"torch=={releases.SCHEDULER_TIER_TORCH}", "numpy<2", "setuptools<81", *extras)
     session.install("--no-build-isolation-package", "deepspeed", f"torch=={releases.SCHEDULER_TIER_TORCH}",
-                    "numpy<2", f"deepspeed=={deepspeed}", *releases.SCHEDULER_TIER_EXTRAS.get(deepspeed, ()))
+                    "numpy<2", f"deepspeed=={deepspeed}", *extras)
     session.install("-e", ".")
     _matrix_run(session, "scheduler")
 
