@@ -293,6 +293,7 @@ def _apply(scheduler: Any, name: str, groups: list[dict[str, Any]], mode: str) -
             schedules.set_group_lr(group, target)
     if mode == Mode.STEP:
         scheduler.step()
+        changes.append("stepped once")  # said even when lr(0) equals the start lr
     after = [schedules.lr_value(g["lr"]) for g in groups]
     changes.extend(f"group {i} lr {old!r} -> {new!r}" for i, (old, new) in enumerate(zip(before, after))
                    if old != new)

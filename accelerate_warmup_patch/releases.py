@@ -208,10 +208,12 @@ def _series(minor_to_last_patch: dict[str, int]) -> tuple[str, ...]:
 
 # Every release on the package registry in each range (pip index versions deepspeed, 2026-11-29).
 # engine tier: a real engine runs on CPU with torch 2.13; scheduler tier: it does not (see README).
-# 0.14.0 is scheduler tier: its deepspeed/elasticity/elastic_agent.py imports `log` from
-# torch.distributed.elastic.agent.server.api, which torch 2.13 no longer has (0.14.1 dropped it).
-ENGINE_TIER = _series({"0.14": 5, "0.15": 4, "0.16": 9, "0.17": 6, "0.18": 9, "0.19": 8})[1:]
-SCHEDULER_TIER = (*_series({"0.9": 5, "0.10": 3, "0.11": 2, "0.12": 6, "0.13": 5}), "0.14.0")
+# 0.14.0-0.14.3 are scheduler tier: their deepspeed/elasticity/elastic_agent.py imports `log`
+# (0.14.0) and `_get_socket_with_port` (0.14.0-0.14.3) from torch.distributed.elastic.agent.server.api,
+# which torch 2.13 no longer has (real runs; 0.14.4 dropped both imports).
+ENGINE_TIER = _series({"0.14": 5, "0.15": 4, "0.16": 9, "0.17": 6, "0.18": 9, "0.19": 8})[4:]
+SCHEDULER_TIER = (*_series({"0.9": 5, "0.10": 3, "0.11": 2, "0.12": 6, "0.13": 5}), "0.14.0", "0.14.1", "0.14.2",
+                  "0.14.3")
 # installs a release needs beside it that its own metadata does not pin (seen in real runs)
 SCHEDULER_TIER_EXTRAS = {"0.9.0": ("pydantic<2",)}  # 0.9.0 uses pydantic 1's FieldInfo.required
 SCHEDULER_TIER_TORCH = "2.1.2"  # a torch of their time (a CUDA build from the registry; runs on CPU)
