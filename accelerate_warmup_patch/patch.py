@@ -20,6 +20,7 @@ import copy
 import inspect
 import logging
 import os
+import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -182,8 +183,6 @@ def patch_accelerate(module: ModuleType) -> None:
 
 
 def _loaded(name: str) -> Any:
-    import sys
-
     return sys.modules.get(name)
 
 
@@ -263,8 +262,8 @@ def _prepare(scheduler: Any) -> None:
     mode = _current_mode()
     if mode == Mode.OFF:
         return
-    version = state.deepspeed_version or str(getattr(_loaded("deepspeed"), "__version__", "0"))
-    if releases.deepspeed_support(version) is releases.Support.UNSUPPORTED:
+    version = _supported_deepspeed()
+    if version is None:
         return
     groups = scheduler.optimizer.param_groups
     saved = _snapshot(scheduler, groups)
@@ -311,8 +310,8 @@ def align_after_load(engine: Any) -> None:
     name = schedules.class_name(scheduler) if scheduler is not None else None
     if name is None or _current_mode() == Mode.OFF:
         return
-    version = state.deepspeed_version or str(getattr(_loaded("deepspeed"), "__version__", "0"))
-    if releases.deepspeed_support(version) is releases.Support.UNSUPPORTED:
+    version = _supported_deepspeed()
+    if version is None:
         return
     fresh = schedules.is_fresh(scheduler)
     targets = schedules.newest_start_lrs(scheduler, name) if fresh else list(scheduler.get_lr())
@@ -332,6 +331,12 @@ def align_after_load(engine: Any) -> None:
         state.fixes += 1
         _info("%s: %s after load_checkpoint (the scheduler resumed at iteration %s; the optimizer's lr "
               "was not restored from the checkpoint)", name, "; ".join(changes), scheduler.last_batch_iteration)
+
+
+def _supported_deepspeed() -> str | None:
+    """The running DeepSpeed's version, or None when it is older than the table's floor."""
+    version = state.deepspeed_version or str(getattr(_loaded("deepspeed"), "__version__", "0"))
+    return None if releases.deepspeed_support(version) is releases.Support.UNSUPPORTED else version
 
 
 def _why(name: str, version: str, mode: str) -> str:
