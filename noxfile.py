@@ -16,6 +16,11 @@ import nox
 sys.path.insert(0, str(Path(__file__).parent))
 from accelerate_warmup_patch import releases
 
+# This machine sets PYTHONDONTWRITEBYTECODE: then every fresh interpreter compiles torch, deepspeed
+# and transformers from source again (23 s for `import deepspeed` instead of 3 s), and the suite and
+# the matrix start hundreds of them. Sessions write .pyc files into their own venvs.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_venv = "yes"
@@ -37,14 +42,18 @@ def _install_stack(session: nox.Session, deepspeed: str, accelerate: str = relea
     links = _find_links()
     # torch first and pinned: DeepSpeed imports it while building, and a floating torch is a CUDA build
     session.install(*links, f"torch=={releases.TEST_TORCH}", "numpy", "setuptools")
-    old = releases.parse(accelerate) < (1, 1)
-    transformers = releases.TEST_TRANSFORMERS_OLD_ACCELERATE if old else releases.TEST_TRANSFORMERS
     session.install(*links, "--no-build-isolation-package", "deepspeed", f"torch=={releases.TEST_TORCH}",
-                    f"deepspeed=={deepspeed}", f"accelerate=={accelerate}", f"transformers=={transformers}")
+                    f"deepspeed=={deepspeed}", *_accelerate_pins(accelerate))
     session.install("-e", ".")
     # the op DeepSpeed compiles on CPU is cached per release: sessions of one release share the
     # build (the accelerate tier), different releases never do
     session.env["TORCH_EXTENSIONS_DIR"] = str(Path(".nox", "_torch_extensions", f"deepspeed-{deepspeed}").resolve())
+
+
+def _accelerate_pins(accelerate: str) -> list[str]:
+    old = releases.parse(accelerate) < (1, 1)  # transformers 5 requires accelerate>=1.1
+    transformers = releases.TEST_TRANSFORMERS_OLD_ACCELERATE if old else releases.TEST_TRANSFORMERS
+    return [f"accelerate=={accelerate}", f"transformers=={transformers}"]
 
 
 @nox.session(python="3.11")
@@ -72,11 +81,20 @@ def matrix_engine(session: nox.Session, deepspeed: str) -> None:
 
 @nox.session(python="3.11")
 @nox.parametrize("deepspeed", list(releases.ACCELERATE_TIER_DEEPSPEED))
-@nox.parametrize("accelerate", list(releases.ACCELERATE_TIER))
-def matrix_accelerate(session: nox.Session, accelerate: str, deepspeed: str) -> None:
-    """accelerate tier: one accelerate release against a buggy and a fixed DeepSpeed."""
-    _install_stack(session, deepspeed, accelerate)
-    _matrix_run(session, "accelerate")
+def matrix_accelerate(session: nox.Session, deepspeed: str) -> None:
+    """accelerate tier: every accelerate release (or those named: `-- 0.29.3 1.15.0`) in turn, in one
+    venv with one DeepSpeed release, so that DeepSpeed's CPU comm op is compiled once, not per release."""
+    wanted = [arg for arg in session.posargs if arg[:1].isdigit()] or list(releases.ACCELERATE_TIER)
+    _install_stack(session, deepspeed, wanted[0])
+    failed = []
+    for accelerate in wanted:
+        session.install(*_find_links(), f"torch=={releases.TEST_TORCH}", *_accelerate_pins(accelerate))
+        try:
+            _matrix_run(session, "accelerate")
+        except nox.command.CommandFailed:
+            failed.append(accelerate)
+    if failed:
+        session.error(f"accelerate tier failed with DeepSpeed {deepspeed} on accelerate {', '.join(failed)}")
 
 
 @nox.session(python="3.11")
@@ -91,27 +109,26 @@ def matrix_scheduler(session: nox.Session, deepspeed: str) -> None:
     _matrix_run(session, "scheduler")
 
 
-def _notify_all(session: nox.Session, names: list[str]) -> None:
+def _notify_all(session: nox.Session, names: list[str], posargs: dict[str, list[str]] | None = None) -> None:
     for name in names:
-        session.notify(name, session.posargs)
+        session.notify(name, [*session.posargs, *(posargs or {}).get(name, [])])
 
 
 @nox.session(python=False)
 def matrix(session: nox.Session) -> None:
     """Every release of every tier (hours); `-- --write` records each row in matrix/results.json."""
     _notify_all(session, [f"matrix_engine(deepspeed='{v}')" for v in releases.ENGINE_TIER]
-                + [f"matrix_accelerate(accelerate='{a}', deepspeed='{d}')"
-                   for a in releases.ACCELERATE_TIER for d in releases.ACCELERATE_TIER_DEEPSPEED]
+                + [f"matrix_accelerate(deepspeed='{d}')" for d in releases.ACCELERATE_TIER_DEEPSPEED]
                 + [f"matrix_scheduler(deepspeed='{v}')" for v in releases.SCHEDULER_TIER])
 
 
 @nox.session(python=False)
 def ci_matrix(session: nox.Session) -> None:
     """The representative subset CI runs on top of `tests`."""
-    _notify_all(session, [f"matrix_engine(deepspeed='{v}')" for v in releases.CI_ENGINE]
-                + [f"matrix_accelerate(accelerate='{a}', deepspeed='{releases.ACCELERATE_TIER_DEEPSPEED[0]}')"
-                   for a in releases.CI_ACCELERATE]
-                + [f"matrix_scheduler(deepspeed='{v}')" for v in releases.CI_SCHEDULER])
+    accelerate = f"matrix_accelerate(deepspeed='{releases.ACCELERATE_TIER_DEEPSPEED[0]}')"
+    _notify_all(session, [f"matrix_engine(deepspeed='{v}')" for v in releases.CI_ENGINE] + [accelerate]
+                + [f"matrix_scheduler(deepspeed='{v}')" for v in releases.CI_SCHEDULER],
+                {accelerate: list(releases.CI_ACCELERATE)})
 
 
 @nox.session(python="3.11")
@@ -133,6 +150,17 @@ def lint(session: nox.Session) -> None:
     session.run("mypy")
     session.run("python", "-m", "accelerate_warmup_patch", "table", "--check", "README.md",
                 "--results", "matrix/results.json")
+
+
+@nox.session(python="3.11")
+def benchmarks(session: nox.Session) -> None:
+    """Every benchmark, each measured side by side in one run (minutes; not in CI): start-up, the
+    wrapped backward per call, steady-state steps of a real engine (DeepSpeed DEMO_DEEPSPEED)."""
+    _install_stack(session, releases.DEMO_DEEPSPEED)
+    session.install(*_find_links(), "uv")
+    session.run("python", "benchmarks/startup.py", env={"ACCELERATE_WARMUP_PATCH": ""})
+    session.run("python", "benchmarks/per_call.py")
+    session.run("python", "benchmarks/steps.py", env={"PYTHONUNBUFFERED": "1"})
 
 
 @nox.session(python="3.11")

@@ -5,8 +5,6 @@ imports neither torch, deepspeed, accelerate nor wrapt: the wrappers are install
 deepspeed or accelerate is imported, or at once if they already are.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 
@@ -27,12 +25,12 @@ _TARGETS = {
     "deepspeed.runtime.engine": "patch_engine",
     "accelerate.utils.deepspeed": "patch_accelerate",
 }
-_applied_by: list[str] = []
-_mode: str | None = None
+_applied_by: "list[str]" = []
+_mode: "str | None" = None
 
 
-def _hook_for(function_name: str) -> bootstrap.Hook:
-    def hook(module: Any) -> None:
+def _hook_for(function_name: str) -> "bootstrap.Hook":
+    def hook(module: "Any") -> None:
         from . import patch
 
         patch.state.mode = _mode or settings.DEFAULT
@@ -51,7 +49,7 @@ def _hook_for(function_name: str) -> bootstrap.Hook:
 _HOOKS = {name: _hook_for(function) for name, function in _TARGETS.items()}
 
 
-def apply(mode: str | None = None, *, via: str = "apply()") -> str:
+def apply(mode: "str | None" = None, *, via: str = "apply()") -> str:
     """Arm the patch in ``mode`` (default: ACCELERATE_WARMUP_PATCH, else ``reset``); returns the mode.
 
     ACCELERATE_WARMUP_PATCH=off in the environment wins over everything: nothing is patched.
@@ -97,7 +95,7 @@ def remove() -> None:
     _applied_by.clear()
 
 
-def status() -> dict[str, Any]:
+def status() -> "dict[str, Any]":
     """What is patched, the mode, the versions seen, and the table's verdict per scheduler class."""
     from . import releases
 
@@ -117,7 +115,7 @@ def status() -> dict[str, Any]:
     }
 
 
-def _version_of(distribution: str) -> str | None:
+def _version_of(distribution: str) -> "str | None":
     module = sys.modules.get(distribution)
     if module is not None and hasattr(module, "__version__"):
         return str(module.__version__)

@@ -6,8 +6,6 @@ already imported, otherwise right after the module's code has run. A hook must n
 user's import: each one is called inside try/except and only logs.
 """
 
-from __future__ import annotations
-
 import _thread
 import sys
 
@@ -21,7 +19,7 @@ if TYPE_CHECKING:  # typing, importlib.abc and logging cost milliseconds in ever
     Hook = Callable[[ModuleType], None]
 
 _lock = _thread.RLock()
-_hooks: dict[str, list[Hook]] = {}
+_hooks: "dict[str, list[Hook]]" = {}
 
 
 def _warn(message: str, *args: object) -> None:
@@ -30,7 +28,7 @@ def _warn(message: str, *args: object) -> None:
     logging.getLogger("accelerate_warmup_patch").warning(message, *args, exc_info=True)
 
 
-def _fire(module: ModuleType) -> None:
+def _fire(module: "ModuleType") -> None:
     with _lock:
         hooks = _hooks.pop(module.__name__, [])
     for hook in hooks:
@@ -43,20 +41,20 @@ def _fire(module: ModuleType) -> None:
 class _Loader:
     """Delegates to the real loader, then fires the hooks of the module it just ran."""
 
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: "Any") -> None:
         self._loader = loader
 
-    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+    def create_module(self, spec: "ModuleSpec") -> "ModuleType | None":
         return self._loader.create_module(spec)  # type: ignore[no-any-return]
 
-    def exec_module(self, module: ModuleType) -> None:
+    def exec_module(self, module: "ModuleType") -> None:
         module.__loader__ = self._loader  # the real one, for pkgutil, inspect and friends
         if module.__spec__ is not None:
             module.__spec__.loader = self._loader
         self._loader.exec_module(module)
         _fire(module)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> "Any":
         return getattr(self._loader, name)
 
 
@@ -65,8 +63,8 @@ class _Finder:
 
     _busy = _thread._local()
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: ModuleType | None = None) -> ModuleSpec | None:
+    def find_spec(self, fullname: str, path: "Sequence[str] | None",
+                  target: "ModuleType | None" = None) -> "ModuleSpec | None":
         if fullname not in _hooks or getattr(self._busy, "active", False):
             return None
         self._busy.active = True
@@ -80,8 +78,8 @@ class _Finder:
         return spec
 
 
-def _find_with_the_others(me: _Finder, fullname: str, path: Sequence[str] | None,
-                          target: ModuleType | None) -> ModuleSpec | None:
+def _find_with_the_others(me: _Finder, fullname: str, path: "Sequence[str] | None",
+                          target: "ModuleType | None") -> "ModuleSpec | None":
     for finder in sys.meta_path:
         if finder is me or not hasattr(finder, "find_spec"):
             continue
@@ -94,7 +92,7 @@ def _find_with_the_others(me: _Finder, fullname: str, path: Sequence[str] | None
 _finder = _Finder()
 
 
-def when_imported(name: str, hook: Hook) -> None:
+def when_imported(name: str, hook: "Hook") -> None:
     """Call ``hook(module)`` now if ``name`` is imported, else right after it is."""
     module = sys.modules.get(name)
     if module is not None and not _importing(module):
@@ -109,12 +107,12 @@ def when_imported(name: str, hook: Hook) -> None:
             sys.meta_path.insert(0, _finder)
 
 
-def _importing(module: ModuleType) -> bool:
+def _importing(module: "ModuleType") -> bool:
     spec = getattr(module, "__spec__", None)
     return bool(getattr(spec, "_initializing", False))
 
 
-def cancel(hook: Hook) -> None:
+def cancel(hook: "Hook") -> None:
     """Forget a hook that has not fired yet; drop the finder when none is left."""
     with _lock:
         for name in list(_hooks):
@@ -125,6 +123,6 @@ def cancel(hook: Hook) -> None:
             sys.meta_path.remove(_finder)
 
 
-def pending() -> tuple[str, ...]:
+def pending() -> "tuple[str, ...]":
     with _lock:
         return tuple(_hooks)

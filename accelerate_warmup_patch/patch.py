@@ -7,6 +7,8 @@ Loaded only once deepspeed or accelerate is imported (see ``bootstrap``): wrapt 
   build engines through it.
 - ``accelerate.utils.deepspeed.DeepSpeedEngineWrapper.backward`` is wrapped: it runs right before
   accelerate's ``engine.step()``, so engines built before the patch was applied are caught too.
+  After its first call an instance calls the original directly (``_step_aside``): per step, the
+  patch costs nothing.
 - ``deepspeed.runtime.lr_schedules.WarmupLR.__init__`` is wrapped to see the param groups' lrs
   before the scheduler overwrites them: the newest release takes its default peak lr from them.
 
@@ -125,6 +127,7 @@ def _wrap(owner: Any, name: str, wrapper: Callable[..., Any]) -> None:
 def unpatch_all() -> None:
     """Put every original back; a wrapper someone stacked on ours stays, with ours disabled."""
     state.active = False
+    _step_back_in()
     for patched in reversed(state.patched):
         current = vars(patched.owner).get(patched.name)
         if current is patched.wrapper:
@@ -196,11 +199,56 @@ def _initialize_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, k
 
 
 def _backward_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-    if state.active and not getattr(instance, "_accelerate_warmup_patch_seen", False):
+    if state.active and not getattr(instance, _SEEN, False):
         prepare_first_step(getattr(instance, "engine", None))
         with contextlib.suppress(Exception):  # a slotted wrapper: the per-scheduler check still holds
-            instance._accelerate_warmup_patch_seen = True
+            setattr(instance, _SEEN, True)
+        _step_aside(instance)
     return wrapped(*args, **kwargs)
+
+
+_SEEN = "_accelerate_warmup_patch_seen"
+_stepped_aside: weakref.WeakKeyDictionary[Any, Callable[..., Any]] = weakref.WeakKeyDictionary()
+
+
+def _step_aside(instance: Any) -> None:
+    """Let this engine wrapper call the original backward directly from now on.
+
+    Our work is done after its first call, but wrapt's dispatch would still cost ~1 µs on every
+    step. The direct call goes in the instance's ``__dict__`` only when the class's ``backward`` is
+    our wrapper (a subclass's own override is never bypassed), and holds the instance weakly (no
+    cycle that would keep an engine alive until the next garbage collection)."""
+    patched = _patched_method_of(type(instance), "backward")
+    if patched is None:
+        return
+    original, reference = patched.original, weakref.ref(instance)
+
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        return original(reference(), *args, **kwargs)
+
+    backward.__name__, backward.__qualname__, backward.__doc__ = "backward", original.__qualname__, original.__doc__
+    try:
+        vars(instance)["backward"] = backward
+        _stepped_aside[instance] = backward
+    except TypeError:
+        pass  # no __dict__: the class-level wrapper stays in the way, which is only slower
+
+
+def _patched_method_of(cls: type, name: str) -> _Patched | None:
+    """Our patch record when ``cls`` resolves ``name`` to one of our wrappers, else None."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            found = vars(klass)[name]
+            return next((p for p in state.patched if p.wrapper is found), None)
+    return None
+
+
+def _step_back_in() -> None:
+    for instance, direct in list(_stepped_aside.items()):
+        if vars(instance).get("backward") is direct:
+            del vars(instance)["backward"]
+        vars(instance).pop(_SEEN, None)
+    _stepped_aside.clear()
 
 
 def _load_checkpoint_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:

@@ -4,8 +4,6 @@ On the start-up path of every process of an armed image: imports nothing but ``o
 loaded by ``site``); ``logging`` is imported only to warn.
 """
 
-from __future__ import annotations
-
 import os
 
 ENV_MODE = "ACCELERATE_WARMUP_PATCH"
@@ -20,21 +18,21 @@ class Mode:
     OFF = "off"  # nothing is patched
 
 
-_ALIASES: dict[str, str] = {
+_ALIASES: "dict[str, str]" = {
     "reset": Mode.RESET, "1": Mode.RESET, "true": Mode.RESET, "on": Mode.RESET,
     "step": Mode.STEP,
     "off": Mode.OFF, "0": Mode.OFF, "false": Mode.OFF,
 }
 ACCEPTED = "reset (or 1, true, on), step, off (or 0, false)"
 DEFAULT = Mode.RESET
-_warned: set[tuple[str, str]] = set()
+_warned: "set[tuple[str, str]]" = set()
 
 
 class SettingsError(ValueError):
     """An ACCELERATE_WARMUP_PATCH* value is not one we accept (raised in strict mode only)."""
 
 
-def _truthy(value: str | None) -> bool:
+def _truthy(value: "str | None") -> bool:
     return (value or "").strip().lower() in ("1", "true", "on", "yes")
 
 
@@ -59,7 +57,7 @@ def parse_mode(value: str, source: str) -> str:
     return DEFAULT
 
 
-def env_mode() -> str | None:
+def env_mode() -> "str | None":
     """The mode the environment asks for, or None when ACCELERATE_WARMUP_PATCH is unset or empty."""
     value = os.environ.get(ENV_MODE, "")
     if not value.strip():
@@ -67,7 +65,7 @@ def env_mode() -> str | None:
     return parse_mode(value, ENV_MODE)
 
 
-def resolve(requested: str | None) -> str:
+def resolve(requested: "str | None") -> str:
     """The mode to run in: off in the environment wins, then the caller's, then the environment's."""
     from_env = env_mode()
     if from_env == Mode.OFF:

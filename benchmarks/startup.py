@@ -31,12 +31,22 @@ VARIANTS = {
 }
 
 
-def _time(env: dict[str, str], code: str, python: str) -> float:
+def _time(env: dict[str, str], code: str, python: str) -> tuple[float, float]:
+    """Wall time and CPU time (user + system) of one interpreter run.
+
+    The CPU time is what the run itself burned: on a shared machine it moves far less with the
+    load around it than the wall time does."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")}
     full.update(env)
     start = time.perf_counter()
-    subprocess.run([python, "-c", code], env=full, check=True)
-    return time.perf_counter() - start
+    # from a folder of its own: the repository as the working directory would shadow the installed package
+    child = subprocess.Popen([python, "-c", code], env=full, cwd=os.path.dirname(os.path.dirname(python)))
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - start
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise subprocess.CalledProcessError(child.returncode, [python, "-c", code])
+    return wall, usage.ru_utime + usage.ru_stime
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,23 +72,31 @@ def main() -> None:
         for _ in range(3):  # warm the page cache
             _time({}, "pass", bare)
             _time({}, "pass", installed)
-        samples: dict[str, list[float]] = {name: [] for name in VARIANTS}
-        base: list[float] = []
+        samples: dict[str, list[tuple[float, float]]] = {name: [] for name in VARIANTS}
+        base: list[tuple[float, float]] = []
         for _ in range(runs):
             base.append(_time({}, "pass", bare))
             for name, (env, code) in VARIANTS.items():
                 samples[name].append(_time(env, code, installed))
         check = "import sys; assert 'wrapt' not in sys.modules, 'wrapt was imported at start-up'"
         _time({"ACCELERATE_WARMUP_PATCH": "reset"}, check, installed)
-    base_median = statistics.median(base)
-    print(f"baseline: `python -c pass` in a venv without the package: median {base_median * 1e3:.1f} ms, "
-          f"{runs} runs")
+    print(f"baseline: `python -c pass` in a venv without the package, {runs} interleaved runs: median wall "
+          f"{_median(base, 0) * 1e3:.1f} ms, CPU {_median(base, 1) * 1e3:.1f} ms")
     for name, values in samples.items():
-        ratios = [v / b for v, b in zip(values, base)]
-        q = statistics.quantiles(ratios, n=4)
-        print(f"  {name:45s} ratio median {statistics.median(ratios):.3f} (IQR {q[0]:.3f}-{q[2]:.3f}), "
-              f"+{(statistics.median(values) - base_median) * 1e3:.2f} ms")
+        print(f"  {name:45s} " + "; ".join(_figure(values, base, which, label)
+                                          for which, label in ((0, "wall"), (1, "CPU"))))
     print("  armed start-up imports no wrapt: ok")
+
+
+def _median(samples: list[tuple[float, float]], which: int) -> float:
+    return statistics.median(sample[which] for sample in samples)
+
+
+def _figure(values: list[tuple[float, float]], base: list[tuple[float, float]], which: int, label: str) -> str:
+    ratios = [v[which] / b[which] for v, b in zip(values, base)]
+    q = statistics.quantiles(ratios, n=4)
+    added = (_median(values, which) - _median(base, which)) * 1e3
+    return f"{label} ratio {statistics.median(ratios):.3f} (IQR {q[0]:.3f}-{q[2]:.3f}), {added:+.2f} ms"
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
-"""End-to-end optimizer steps of a tiny real DeepSpeed engine through accelerate, patched vs. unpatched.
+"""Steady-state optimizer steps of a tiny real DeepSpeed engine through accelerate, patched vs. unpatched.
 
-    python benchmarks/steps.py [--pairs 5] [--steps 60]
+    python benchmarks/steps.py [--rounds 20] [--steps 200]
 
-Each run is a fresh interpreter (ACCELERATE_WARMUP_PATCH=off or reset), runs and pairs alternate,
-and only the steady state is timed (steps after the 10th). Prints the ratio patched/unpatched.
+One process, one engine (CPU, gloo, one rank): after 20 warm-up steps, rounds of ``--steps`` steps
+alternate between the patch removed and applied (ABBA order, so drift favours neither), and each
+round's time per step is compared with its neighbour's. Timing whole processes instead would
+measure process-to-process noise (±20% here for a 1 ms step), not the patch.
 """
 
 from __future__ import annotations
@@ -11,55 +13,72 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
+import time
+from typing import Callable
 
-CHILD = r"""
-import os, sys, time, torch
-sys.path.insert(0, {tests!r})
+os.environ["ACCELERATE_WARMUP_PATCH"] = "off"  # built unpatched; rounds apply and remove the patch
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+
 import harness
-from harness import Spec
+import torch
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import DeepSpeedPlugin, DummyOptim, DummyScheduler
-harness.demo.set_up_single_process()
-accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=harness.ds_config(Spec())))
-torch.manual_seed(0)
-model = torch.nn.Linear(4, 4)
-optimizer = DummyOptim(list(model.parameters()), lr=1e-3)
-model, optimizer, scheduler = accelerator.prepare(model, optimizer, DummyScheduler(optimizer))
-for step in range({steps}):
-    if step == 10:
-        start = time.perf_counter()
-    loss = model(torch.randn(2, 4)).pow(2).mean()
-    accelerator.backward(loss)
-    optimizer.step(); scheduler.step(); optimizer.zero_grad()
-print("SECONDS", (time.perf_counter() - start) / ({steps} - 10))
-harness.demo.tear_down()
-"""
+from harness import Spec
+
+import accelerate_warmup_patch
 
 
-def _run(mode: str, steps: int) -> float:
-    tests = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests")
-    env = {**os.environ, "ACCELERATE_WARMUP_PATCH": mode}
-    code = CHILD.format(tests=tests, steps=steps)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    return float(next(x for x in out.splitlines() if x.startswith("SECONDS")).split()[1])
+def _engine() -> Callable[[], None]:
+    harness.demo.set_up_single_process()
+    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=harness.ds_config(Spec())))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4)
+    optimizer = DummyOptim(list(model.parameters()), lr=1e-3)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, DummyScheduler(optimizer))
+    batch = torch.randn(2, 4)
+
+    def step() -> None:
+        accelerator.backward(model(batch).pow(2).mean())
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+
+    return step
+
+
+def _per_step(step: Callable[[], None], steps: int) -> float:
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return (time.perf_counter() - start) / steps
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--pairs", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
-    ratios, base = [], []
-    for _ in range(args.pairs):
-        off, on = _run("off", args.steps), _run("reset", args.steps)
-        base.append(off)
-        ratios.append(on / off)
-    print(f"steady-state step: unpatched median {statistics.median(base) * 1e3:.2f} ms; patched/unpatched ratio "
-          f"median {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}) over "
-          f"{args.pairs} pairs")
+    del os.environ["ACCELERATE_WARMUP_PATCH"]
+    step = _engine()
+    for _ in range(20):
+        step()
+    unpatched, patched = [], []
+    for round_ in range(args.rounds):
+        for patch_on in ((False, True) if round_ % 2 == 0 else (True, False)):
+            if patch_on:
+                accelerate_warmup_patch.apply()
+                step()  # its first call since apply(): the once-per-wrapper work, not steady state
+                patched.append(_per_step(step, args.steps))
+            else:
+                accelerate_warmup_patch.remove()
+                unpatched.append(_per_step(step, args.steps))
+    ratios = [p / u for p, u in zip(patched, unpatched)]
+    q = statistics.quantiles(ratios, n=4)
+    print(f"steady-state step: unpatched median {statistics.median(unpatched) * 1e3:.3f} ms, patched "
+          f"{statistics.median(patched) * 1e3:.3f} ms; ratio median {statistics.median(ratios):.3f} "
+          f"(IQR {q[0]:.3f}-{q[2]:.3f}), {args.rounds} rounds of {args.steps} steps")
+    harness.demo.tear_down()
 
 
 if __name__ == "__main__":

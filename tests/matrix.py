@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import fcntl
 import json
 import sys
 from dataclasses import replace
@@ -130,11 +131,18 @@ def main() -> int:
     for problem in problems:
         print(f"DeepSpeed {row['deepspeed']}: {problem}", file=sys.stderr)
     if args.results:
-        results = json.loads(args.results.read_text()) if args.results.exists() else {}
-        results[f"{row['tier']}:{row['deepspeed']}:{row['accelerate'] or '-'}"] = row
-        args.results.parent.mkdir(parents=True, exist_ok=True)
-        args.results.write_text(json.dumps(dict(sorted(results.items())), indent=1) + "\n")
+        record(args.results, row)
     return 1 if problems else 0
+
+
+def record(path: Path, row: dict[str, object]) -> None:
+    """Add the row under a lock: matrix sessions may run side by side and share the file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        results = json.loads(path.read_text()) if path.exists() else {}
+        results[f"{row['tier']}:{row['deepspeed']}:{row['accelerate'] or '-'}"] = row
+        path.write_text(json.dumps(dict(sorted(results.items())), indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -200,3 +200,55 @@ def test_a_bad_environment_value_raises_in_strict_mode():
     proc = run_python("import accelerate_warmup_patch",
                       env={"ACCELERATE_WARMUP_PATCH": "bogus", "ACCELERATE_WARMUP_PATCH_STRICT": "1"})
     assert proc.returncode != 0 and "SettingsError" in proc.stderr
+
+
+STEP_ASIDE = """
+import gc, weakref, torch
+import accelerate_warmup_patch as awp, harness
+import accelerate.utils.deepspeed as acc
+from accelerate import Accelerator
+from accelerate.utils import DeepSpeedPlugin, DummyOptim, DummyScheduler
+harness.demo.set_up_single_process()
+accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=harness.ds_config(harness.Spec())))
+model = torch.nn.Linear(4, 4)
+optimizer = DummyOptim(list(model.parameters()), lr=1e-3)
+model, optimizer, scheduler = accelerator.prepare(model, optimizer, DummyScheduler(optimizer))
+wrapper = accelerator.deepspeed_engine_wrapped
+loss = lambda: model(torch.randn(2, 4)).pow(2).mean()
+def step():
+    accelerator.backward(loss()); optimizer.step(); scheduler.step(); optimizer.zero_grad()
+assert "backward" not in vars(wrapper)
+step()
+direct = vars(wrapper)["backward"]
+assert wrapper.backward is direct and direct.__name__ == "backward", "no direct call after the first step"
+step(); step()
+awp.remove()
+assert "backward" not in vars(wrapper), "remove() left the direct call in place"
+step()
+awp.apply()
+
+class Custom(acc.DeepSpeedEngineWrapper):
+    calls = 0
+    def backward(self, loss, **kwargs):
+        Custom.calls += 1
+        return super().backward(loss, **kwargs)
+
+custom = Custom(wrapper.engine)
+custom.backward(loss()); custom.backward(loss())
+assert Custom.calls == 2 and "backward" not in vars(custom), "a subclass's own backward was bypassed"
+
+gc.disable()
+other = acc.DeepSpeedEngineWrapper(wrapper.engine)
+other.backward(loss())
+assert "backward" in vars(other)
+alive = weakref.ref(other)
+del other
+assert alive() is None, "the direct call keeps its engine wrapper alive until a garbage collection"
+print("OK")
+harness._tear_down()
+"""
+
+
+def test_after_its_first_call_an_engine_wrapper_calls_the_original_backward_directly():
+    proc = run_python(STEP_ASIDE)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
