@@ -5,7 +5,6 @@ imports neither torch, deepspeed, accelerate nor wrapt: the wrappers are install
 deepspeed or accelerate is imported, or at once if they already are.
 """
 
-import os
 import sys
 
 from . import bootstrap, settings
@@ -129,8 +128,7 @@ def _version_of(distribution: str) -> "str | None":
 
 def arm_from_environment(via: str = "environment") -> None:
     """Apply only when ACCELERATE_WARMUP_PATCH asks for it: the entry point for .pth and sitecustomize."""
-    value = os.environ.get(settings.ENV_MODE, "").strip().lower()
-    if value and value not in ("off", "0", "false"):
+    if settings.env_mode() not in (None, Mode.OFF):
         apply(via=via)
 
 
@@ -149,4 +147,12 @@ def _activated_by() -> str:
     return "import"
 
 
-apply(via=_activated_by())
+def _on_import() -> None:
+    via = _activated_by()
+    if via == ".pth":  # the .pth only saw the variable set: its value is read here, in one place
+        arm_from_environment(via)
+    else:
+        apply(via=via)
+
+
+_on_import()

@@ -21,8 +21,23 @@ def test_env_unset_start_up_imports_nothing():
     assert _modules({}) == []
 
 
-def test_env_off_start_up_imports_nothing():
-    assert _modules({"ACCELERATE_WARMUP_PATCH": "off"}) == []
+def test_env_empty_start_up_imports_nothing():
+    assert _modules({"ACCELERATE_WARMUP_PATCH": ""}) == []
+
+
+def test_env_off_start_up_patches_nothing_and_imports_no_wrapt():
+    # the .pth only checks that the variable is set; the package reads the value and stands down
+    proc = run_python("import accelerate_warmup_patch as awp, sys; "
+                      "print(awp.status()['mode'], awp.status()['waiting_for'], 'wrapt' in sys.modules)",
+                      env={"ACCELERATE_WARMUP_PATCH": "off"})
+    assert proc.stdout.strip() == "off [] False", proc.stderr
+    assert _modules({"ACCELERATE_WARMUP_PATCH": "off"}) == ["accelerate_warmup_patch"]
+
+
+def test_a_blank_value_does_not_arm_at_start_up():
+    proc = run_python("import accelerate_warmup_patch as awp; print(awp.status()['waiting_for'])",
+                      env={"ACCELERATE_WARMUP_PATCH": "  "})
+    assert proc.stdout.strip() == "[]", proc.stderr
 
 
 def test_armed_start_up_without_deepspeed_does_not_import_wrapt():
