@@ -12,6 +12,10 @@ is a ratio against its own baseline, pair by pair:
    torch/deepspeed/accelerate imported.
 The package's .pyc files are compiled first, as pip does at install (this machine sets
 PYTHONDONTWRITEBYTECODE, which would otherwise make every run compile from source).
+
+Where valgrind is installed, each variant also runs once under callgrind and its count of executed
+instructions is printed: deterministic (PYTHONHASHSEED=0), so it does not move with the load of a
+shared machine, and it shows where a fraction of a millisecond goes.
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ def main() -> None:
         check = ("import sys; assert not {'wrapt', 'torch', 'deepspeed', 'accelerate'} & set(sys.modules), "
                  "'a framework or wrapt was imported at start-up'")
         _time({"ACCELERATE_WARMUP_PATCH": "reset"}, check, installed)
+        counts = _counts(bare, installed) if shutil.which("valgrind") else None
     print(f"{BARE}: {runs} interleaved runs, median wall {_median(samples[BARE], 0) * 1e3:.1f} ms, "
           f"CPU {_median(samples[BARE], 1) * 1e3:.1f} ms")
     for name, (_, _, baseline) in VARIANTS.items():
@@ -92,6 +97,29 @@ def main() -> None:
         print("    " + "; ".join(_figure(samples[name], samples[baseline], which, label)
                                  for which, label in ((0, "wall"), (1, "CPU"))))
     print("armed start-up imports neither wrapt nor a framework: ok")
+    if counts:
+        _print_instructions(counts)
+
+
+def _counts(bare: str, installed: str) -> dict[str, int]:
+    counts = {BARE: _count({}, "pass", bare)}
+    counts.update({name: _count(env, code, installed) for name, (env, code, _) in VARIANTS.items()})
+    return counts
+
+
+def _print_instructions(counts: dict[str, int]) -> None:
+    print(f"instructions (callgrind), {BARE}: {counts[BARE] / 1e6:.2f} M")
+    for name, (_, _, baseline) in VARIANTS.items():
+        added = counts[name] - counts[baseline]
+        print(f"  {name:42s} vs {baseline!r}: ratio {counts[name] / counts[baseline]:.3f}, {added / 1e6:+.2f} M")
+
+
+def _count(env: dict[str, str], code: str, python: str) -> int:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")}
+    full.update(env, PYTHONHASHSEED="0")
+    run = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", python, "-c", code],
+                         env=full, capture_output=True, text=True, check=True, cwd=os.path.dirname(python))
+    return int(next(line for line in run.stderr.splitlines() if "Collected :" in line).split()[-1])
 
 
 def _median(samples: list[tuple[float, float]], which: int) -> float:
