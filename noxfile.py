@@ -62,7 +62,8 @@ def tests(session: nox.Session, deepspeed: str) -> None:
     """The suite on real CPU engines with one DeepSpeed release."""
     _install_stack(session, deepspeed)
     session.install("pytest", "matplotlib")
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "--durations=8", *session.posargs, env={"PYTHONUNBUFFERED": "1"})
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "--durations=8", *session.posargs,
+                env={"PYTHONUNBUFFERED": "1"})
 
 
 def _matrix_run(session: nox.Session, tier: str) -> None:
