@@ -45,8 +45,7 @@ def _time(env: dict[str, str], code: str, python: str) -> tuple[float, float]:
 
     The CPU time is what the run itself burned: on a shared machine it moves far less with the
     load around it than the wall time does."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")}
-    full.update(env)
+    full = _environment(env)
     start = time.perf_counter()
     # from a folder of its own: the repository as the working directory would shadow the installed package
     child = subprocess.Popen([python, "-c", code], env=full, cwd=os.path.dirname(os.path.dirname(python)))
@@ -56,6 +55,13 @@ def _time(env: dict[str, str], code: str, python: str) -> tuple[float, float]:
     if child.returncode:
         raise subprocess.CalledProcessError(child.returncode, [python, "-c", code])
     return wall, usage.ru_utime + usage.ru_stime
+
+
+def _environment(env: dict[str, str]) -> dict[str, str]:
+    """This process's environment without its ACCELERATE_WARMUP_PATCH* settings, plus ``env``."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")}
+    full.update(env)
+    return full
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -115,8 +121,7 @@ def _print_instructions(counts: dict[str, int]) -> None:
 
 
 def _count(env: dict[str, str], code: str, python: str) -> int:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")}
-    full.update(env, PYTHONHASHSEED="0")
+    full = _environment({**env, "PYTHONHASHSEED": "0"})
     run = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", python, "-c", code],
                          env=full, capture_output=True, text=True, check=True, cwd=os.path.dirname(python))
     return int(next(line for line in run.stderr.splitlines() if "Collected :" in line).split()[-1])
