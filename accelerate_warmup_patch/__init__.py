@@ -1,135 +1,69 @@
 """Start DeepSpeed's warmup schedulers at the warmup lr on every release.
 
-``import accelerate_warmup_patch`` applies the patch (unless ACCELERATE_WARMUP_PATCH=off). It
-imports neither torch, deepspeed, accelerate nor wrapt: the wrappers are installed the moment
-deepspeed or accelerate is imported, or at once if they already are.
+``import accelerate_warmup_patch`` applies the patch (unless ACCELERATE_WARMUP_PATCH=off). This
+module is on the start-up path of every process of an armed image, so it only waits: until
+deepspeed or accelerate is imported, or the API (``apply``, ``remove``, ``status``) is used, a
+finder first on sys.meta_path is all there is. Then the rest of the package loads and installs the
+wrappers when deepspeed or accelerate is imported, or at once if they already are.
 """
 
+import _thread
 import sys
 
-from . import bootstrap, settings
-from .settings import Mode
-
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # typing costs start-up time in every process of an armed image
-    from typing import Any
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+
+    from .api import apply, remove, status
+    from .api import arm_from_environment as arm_from_environment
+    from .settings import Mode
 
 __all__ = ["Mode", "__version__", "apply", "remove", "status"]
 __version__ = "0.1.0"
 
-# module name -> name of the function in .patch that wraps it
-_TARGETS = {
-    "deepspeed": "patch_deepspeed",
-    "deepspeed.runtime.lr_schedules": "patch_lr_schedules",
-    "deepspeed.runtime.engine": "patch_engine",
-    "accelerate.utils.deepspeed": "patch_accelerate",
-}
-_applied_by: "list[str]" = []
-_mode: "str | None" = None
+_API = ("Mode", "apply", "arm_from_environment", "remove", "status")
+# the first import of either is the first moment the patch has something to do
+_FRAMEWORKS = ("deepspeed", "accelerate")
+_pending: "list[str]" = []  # who imported the package before api.py was loaded
+_lock = _thread.RLock()  # a second thread's first import must wait until the hooks are registered
 
 
-def _hook_for(function_name: str) -> "bootstrap.Hook":
-    def hook(module: "Any") -> None:
-        from . import patch
-
-        patch.state.mode = _mode or settings.DEFAULT
-        try:
-            getattr(patch, function_name)(module)
-        except Exception as error:
-            if settings.strict():
-                raise
-            patch.warn_once(f"hook:{module.__name__}", "patching %s failed (%r); it is left unpatched",
-                            module.__name__, error)
-
-    hook.__qualname__ = f"accelerate_warmup_patch.{function_name}"
-    return hook
+def __getattr__(name: str) -> object:
+    if name not in _API:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    api = _load_the_rest()
+    globals().update((n, getattr(api, n)) for n in _API)  # later lookups skip this function
+    return globals()[name]
 
 
-_HOOKS = {name: _hook_for(function) for name, function in _TARGETS.items()}
+def _load_the_rest() -> "ModuleType":
+    """Load api.py and let it arm the patch for whoever imported the package so far."""
+    with _lock:
+        if _waiter in sys.meta_path:
+            sys.meta_path.remove(_waiter)
+        from . import api
+
+        api.take_over(_pending)
+    return api
 
 
-def apply(mode: "str | None" = None, *, via: str = "apply()") -> str:
-    """Arm the patch in ``mode`` (default: ACCELERATE_WARMUP_PATCH, else ``reset``); returns the mode.
+class _FirstFrameworkImport:
+    """Notices the first import of deepspeed or accelerate, then hands over to the post-import hooks."""
 
-    ACCELERATE_WARMUP_PATCH=off in the environment wins over everything: nothing is patched.
-    Applying again changes the mode but never wraps twice.
-    """
-    global _mode
-    resolved = settings.resolve(mode)
-    if resolved == Mode.OFF:
-        if _mode is not None:
-            remove()
-        return resolved
-    if _mode is not None:
-        if resolved != _mode:
-            import logging
+    def find_spec(self, fullname: str, path: "Sequence[str] | None",
+                  target: "ModuleType | None" = None) -> "ModuleSpec | None":
+        if fullname not in _FRAMEWORKS:
+            return None
+        _load_the_rest()
+        from . import bootstrap
 
-            logging.getLogger("accelerate_warmup_patch").info("mode changed from %s to %s (%s)", _mode, resolved, via)
-        _mode = resolved
-        _sync_loaded_patch()
-        _applied_by.append(via)
-        return resolved
-    _mode = resolved
-    _applied_by.append(via)
-    for name, hook in _HOOKS.items():
-        bootstrap.when_imported(name, hook)
-    return resolved
+        # importlib skips a finder inserted before the one it is asking, so the hooks' finder is asked here
+        return bootstrap.find_elsewhere(self, fullname, path, target)
 
 
-def _sync_loaded_patch() -> None:
-    patch = sys.modules.get("accelerate_warmup_patch.patch")
-    if patch is not None and _mode is not None:
-        patch.state.mode = _mode
-
-
-def remove() -> None:
-    """Undo apply(): pending hooks are dropped and every wrapped function is the original again."""
-    global _mode
-    for hook in _HOOKS.values():
-        bootstrap.cancel(hook)
-    patch = sys.modules.get("accelerate_warmup_patch.patch")
-    if patch is not None:
-        patch.unpatch_all()
-    _mode = None
-    _applied_by.clear()
-
-
-def status() -> "dict[str, Any]":
-    """What is patched, the mode, the versions seen, and the table's verdict per scheduler class."""
-    from . import releases
-
-    patch = sys.modules.get("accelerate_warmup_patch.patch")
-    patched = [p.label for p in patch.state.patched] if patch else []
-    deepspeed_version = _version_of("deepspeed")
-    return {
-        "mode": _mode or Mode.OFF,
-        "applied_by": list(dict.fromkeys(_applied_by)),
-        "patched": patched,
-        "waiting_for": list(bootstrap.pending()),
-        "fixes_applied": patch.state.fixes if patch else 0,
-        "strict": settings.strict(),
-        "versions": {"deepspeed": deepspeed_version, "accelerate": _version_of("accelerate")},
-        "verdicts": {name: releases.verdict(name, deepspeed_version) for name in releases.scheduler_classes()}
-        if deepspeed_version else {},
-    }
-
-
-def _version_of(distribution: str) -> "str | None":
-    module = sys.modules.get(distribution)
-    if module is not None and hasattr(module, "__version__"):
-        return str(module.__version__)
-    from importlib import metadata
-
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def arm_from_environment(via: str = "environment") -> None:
-    """Apply only when ACCELERATE_WARMUP_PATCH asks for it: the entry point for .pth and sitecustomize."""
-    if settings.env_mode() not in (None, Mode.OFF):
-        apply(via=via)
+_waiter = _FirstFrameworkImport()
 
 
 def _activated_by() -> str:
@@ -148,11 +82,16 @@ def _activated_by() -> str:
 
 
 def _on_import() -> None:
-    via = _activated_by()
-    if via == ".pth":  # the .pth only saw the variable set: its value is read here, in one place
-        arm_from_environment(via)
+    # not a module global: through the waiter on sys.meta_path it would keep os alive past the first
+    # collection of interpreter shutdown, which costs every armed process ~0.2 ms at exit
+    import os
+
+    _pending.append(_activated_by())
+    # strict mode wants a bad value to raise now, not at the first import of a framework
+    if any(name in sys.modules for name in _FRAMEWORKS) or os.environ.get("ACCELERATE_WARMUP_PATCH_STRICT"):
+        _load_the_rest()
     else:
-        apply(via=via)
+        sys.meta_path.insert(0, _waiter)
 
 
 _on_import()

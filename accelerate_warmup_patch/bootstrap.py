@@ -1,16 +1,17 @@
-"""Post-import hooks with the standard library alone, so that arming the patch costs ~nothing.
+"""Post-import hooks with the standard library alone.
 
-wrapt's own importer would do, but importing wrapt costs ~50 ms in every Python process of an
-image that arms the patch from its environment. Here a hook fires at once when its module is
-already imported, otherwise right after the module's code has run. A hook must never break the
-user's import: each one is called inside try/except and only logs.
+wrapt's own importer would do, but importing wrapt costs ~50 ms, and these hooks are registered in
+every process that imports deepspeed or accelerate with the patch armed, whether it trains or not.
+A hook fires at once when its module is already imported, otherwise right after the module's code
+has run. A hook must never break the user's import: each one is called inside try/except and only
+logs.
 """
 
 import _thread
 import sys
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # typing, importlib.abc and logging cost milliseconds in every armed process
+if TYPE_CHECKING:  # typing and importlib.abc cost milliseconds, and only the type checker needs them
     from collections.abc import Callable, Sequence
     from importlib.machinery import ModuleSpec
     from types import ModuleType
@@ -69,7 +70,7 @@ class _Finder:
             return None
         self._busy.active = True
         try:
-            spec = _find_with_the_others(self, fullname, path, target)
+            spec = find_elsewhere(self, fullname, path, target)
         finally:
             self._busy.active = False
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
@@ -78,8 +79,9 @@ class _Finder:
         return spec
 
 
-def _find_with_the_others(me: _Finder, fullname: str, path: "Sequence[str] | None",
-                          target: "ModuleType | None") -> "ModuleSpec | None":
+def find_elsewhere(me: object, fullname: str, path: "Sequence[str] | None",
+                   target: "ModuleType | None") -> "ModuleSpec | None":
+    """The spec that the finders on sys.meta_path other than ``me`` find for ``fullname``."""
     for finder in sys.meta_path:
         if finder is me or not hasattr(finder, "find_spec"):
             continue

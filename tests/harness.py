@@ -21,16 +21,15 @@ GOLDEN = json.loads((HERE / "golden.json").read_text())
 
 
 def _import_demo_without_arming() -> Any:
-    """The package's training loop, without the import arming the patch (each run decides)."""
-    saved = os.environ.get("ACCELERATE_WARMUP_PATCH")
-    os.environ["ACCELERATE_WARMUP_PATCH"] = "off"
-    try:
-        from accelerate_warmup_patch import demo
-    finally:
-        if saved is None:
-            del os.environ["ACCELERATE_WARMUP_PATCH"]
-        else:
-            os.environ["ACCELERATE_WARMUP_PATCH"] = saved
+    """The package's training loop, without this import arming the patch (each run decides).
+
+    What a .pth armed before stays armed."""
+    armed_before = "accelerate_warmup_patch" in sys.modules
+    import accelerate_warmup_patch
+    from accelerate_warmup_patch import demo
+
+    if not armed_before:
+        accelerate_warmup_patch.remove()
     return demo
 
 

@@ -7,8 +7,9 @@ import json
 from conftest import GOLDEN, Spec, run_python, run_specs
 
 PROBE = ("import sys, json\n"
-         "print(json.dumps(sorted(m for m in ('accelerate_warmup_patch', 'accelerate_warmup_patch.patch', "
-         "'wrapt', 'torch', 'deepspeed') if m in sys.modules)))")
+         "print(json.dumps(sorted(m for m in ('accelerate_warmup_patch', 'accelerate_warmup_patch.api', "
+         "'accelerate_warmup_patch.bootstrap', 'accelerate_warmup_patch.settings', 'accelerate_warmup_patch.patch', "
+         "'wrapt', 'torch', 'deepspeed', 'accelerate') if m in sys.modules)))")
 
 
 def _modules(env: dict[str, str]) -> list[str]:
@@ -40,8 +41,37 @@ def test_a_blank_value_does_not_arm_at_start_up():
     assert proc.stdout.strip() == "[]", proc.stderr
 
 
-def test_armed_start_up_without_deepspeed_does_not_import_wrapt():
+def test_armed_start_up_without_deepspeed_imports_the_package_alone():
+    # no wrapt, and not even the rest of the package: they load when a framework is imported
     assert _modules({"ACCELERATE_WARMUP_PATCH": "reset"}) == ["accelerate_warmup_patch"]
+
+
+WAITER = "[f for f in sys.meta_path if type(f).__name__ == '_FirstFrameworkImport']"
+
+
+def test_armed_start_up_loads_the_rest_of_the_package_at_the_first_deepspeed_import():
+    proc = run_python(
+        "import json, sys\n"
+        f"assert len({WAITER}) == 1, sys.meta_path\n"
+        "import deepspeed\n"
+        f"assert {WAITER} == [], 'the waiter is still on sys.meta_path'\n"
+        "assert hasattr(deepspeed.initialize, '__wrapped__'), 'deepspeed.initialize is not wrapped'\n"
+        "import accelerate_warmup_patch as awp\n"
+        "print(json.dumps(awp.status()))",
+        env={"ACCELERATE_WARMUP_PATCH": "reset"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    status = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert status["applied_by"] == [".pth"] and "deepspeed.initialize" in status["patched"], status
+
+
+def test_using_the_api_before_any_framework_arms_the_hooks_at_once():
+    proc = run_python("import accelerate_warmup_patch as awp, sys\n"
+                      "status = awp.status()\n"
+                      f"print(status['applied_by'], status['waiting_for'], len({WAITER}))")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == ("['import'] ['deepspeed', 'deepspeed.runtime.lr_schedules', "
+                                   "'deepspeed.runtime.engine', 'accelerate.utils.deepspeed'] 0")
 
 
 def test_armed_by_the_pth_then_import_deepspeed_fixes_the_trajectory():
