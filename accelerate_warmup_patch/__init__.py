@@ -56,10 +56,18 @@ class _FirstFrameworkImport:
                   target: "ModuleType | None" = None) -> "ModuleSpec | None":
         if fullname not in _FRAMEWORKS:
             return None
-        _load_the_rest()
-        from . import bootstrap
+        from . import bootstrap  # the standard library alone: it loads even where the rest fails
 
-        # importlib skips a finder inserted before the one it is asking, so the hooks' finder is asked here
+        try:
+            _load_the_rest()
+        except Exception:  # the user's import of the framework must go on
+            from . import settings
+
+            if settings.strict():
+                raise
+            bootstrap.warn("arming the patch at the import of %s failed; it is left unpatched", fullname)
+        # this finder has left sys.meta_path, and importlib would skip the one after it (and the
+        # hooks' finder, inserted first): the finders are asked here
         return bootstrap.find_elsewhere(self, fullname, path, target)
 
 

@@ -23,7 +23,7 @@ _lock = _thread.RLock()
 _hooks: "dict[str, list[Hook]]" = {}
 
 
-def _warn(message: str, *args: object) -> None:
+def warn(message: str, *args: object) -> None:
     import logging
 
     logging.getLogger("accelerate_warmup_patch").warning(message, *args, exc_info=True)
@@ -36,7 +36,7 @@ def _fire(module: "ModuleType") -> None:
         try:
             hook(module)
         except Exception:  # a hook must not break the user's import of its target
-            _warn("post-import hook for %s failed; it is left unpatched", module.__name__)
+            warn("post-import hook for %s failed; it is left unpatched", module.__name__)
 
 
 class _Loader:
@@ -101,7 +101,7 @@ def when_imported(name: str, hook: "Hook") -> None:
         try:
             hook(module)
         except Exception:
-            _warn("patching %s failed; it is left unpatched", name)
+            warn("patching %s failed; it is left unpatched", name)
         return
     with _lock:
         _hooks.setdefault(name, []).append(hook)

@@ -134,6 +134,32 @@ def test_strict_mode_raises_on_an_injected_failure():
     assert "PatchError" in ran.stderr and "injected fault" in ran.stderr
 
 
+BROKEN_HAND_OVER = """
+import os, sys, types
+# fault injection: no real run makes the rest of the package fail to load
+broken = types.ModuleType("accelerate_warmup_patch.api")
+def take_over(pending):
+    raise RuntimeError("injected fault")
+broken.take_over = take_over
+sys.modules["accelerate_warmup_patch.api"] = broken
+os.environ["ACCELERATE_WARMUP_PATCH_STRICT"] = WANTED  # after start-up: set at start-up, the package loads at once
+import deepspeed
+assert not hasattr(deepspeed.initialize, "__wrapped__")
+print("imported")
+"""
+
+
+@pytest.mark.parametrize("strict", ["", "1"], ids=["default", "strict"])
+def test_a_failure_while_arming_at_the_first_deepspeed_import_never_breaks_that_import(strict):
+    proc = run_python(BROKEN_HAND_OVER.replace("WANTED", repr(strict)), env={"ACCELERATE_WARMUP_PATCH": "reset"})
+    assert "injected fault" in proc.stderr
+    if strict:
+        assert proc.returncode != 0 and "imported" not in proc.stdout
+    else:
+        assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] == "imported", proc.stderr[-3000:]
+        assert "arming the patch at the import of deepspeed failed; it is left unpatched" in proc.stderr
+
+
 REMOVE = """
 import deepspeed, accelerate.utils.deepspeed as acc
 from deepspeed.runtime import lr_schedules
