@@ -1,6 +1,6 @@
 """Steady-state optimizer steps of a tiny real DeepSpeed engine through accelerate, patched vs. unpatched.
 
-    python benchmarks/steps.py [--rounds 20] [--steps 200]
+    python benchmarks/steps.py [--rounds 100] [--steps 200]
 
 One process, one engine (CPU, gloo, one rank): after 20 warm-up steps, rounds of ``--steps`` steps
 alternate between the patch removed and applied (ABBA order, so drift favours neither), and each
@@ -56,7 +56,7 @@ def _per_step(step: Callable[[], None], steps: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
     del os.environ["ACCELERATE_WARMUP_PATCH"]
