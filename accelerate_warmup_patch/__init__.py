@@ -95,7 +95,8 @@ def _on_import() -> None:
     import os
 
     _pending.append(_activated_by())
-    # strict mode wants a bad value to raise now, not at the first import of a framework
+    # strict mode wants a bad value to raise now, not at the first import of a framework; the name
+    # is settings.ENV_STRICT, spelled out because settings.py is not loaded yet
     if any(name in sys.modules for name in _FRAMEWORKS) or os.environ.get("ACCELERATE_WARMUP_PATCH_STRICT"):
         _load_the_rest()
     else:
