@@ -46,14 +46,14 @@ def parse_mode(value: str, source: str) -> str:
     mode = _ALIASES.get(value.strip().lower())
     if mode is not None:
         return mode
-    message = f"{source}={value!r} is not one of: {ACCEPTED}; using {DEFAULT!r}"
+    message = f"{source}={value!r} is not one of: {ACCEPTED}"
     if strict():
         raise SettingsError(message)
     if (source, value) not in _warned:  # the environment is read more than once per process
         _warned.add((source, value))
         import logging
 
-        logging.getLogger("accelerate_warmup_patch").warning(message)
+        logging.getLogger("accelerate_warmup_patch").warning("%s; using %r", message, DEFAULT)
     return DEFAULT
 
 

@@ -226,6 +226,7 @@ def test_a_bad_environment_value_raises_in_strict_mode():
     proc = run_python("import accelerate_warmup_patch",
                       env={"ACCELERATE_WARMUP_PATCH": "bogus", "ACCELERATE_WARMUP_PATCH_STRICT": "1"})
     assert proc.returncode != 0 and "SettingsError" in proc.stderr
+    assert "using 'reset'" not in proc.stderr, "strict mode raises: it uses nothing"
 
 
 STEP_ASIDE = """
