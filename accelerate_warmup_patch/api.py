@@ -15,31 +15,35 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is for the type checker only; nothing here needs it at run time
     from typing import Any
 
-# module name -> name of the function in .patch that wraps it
+# module name -> "module_of_this_package.function" that patches it, called right after it is imported
 _TARGETS = {
-    "deepspeed": "patch_deepspeed",
-    "deepspeed.runtime.lr_schedules": "patch_lr_schedules",
-    "deepspeed.runtime.engine": "patch_engine",
-    "accelerate.utils.deepspeed": "patch_accelerate",
+    "deepspeed": "patch.patch_deepspeed",
+    "deepspeed.runtime.lr_schedules": "patch.patch_lr_schedules",
+    "deepspeed.runtime.engine": "patch.patch_engine",
+    "accelerate.utils.deepspeed": "patch.patch_accelerate",
 }
 _applied_by: "list[str]" = []
 _mode: "str | None" = None
 
 
-def _hook_for(function_name: str) -> "bootstrap.Hook":
+def _hook_for(target: str) -> "bootstrap.Hook":
+    module_name, function_name = target.split(".")
+
     def hook(module: "Any") -> None:
+        import importlib
+
         from . import patch
 
         patch.state.mode = _mode or settings.DEFAULT
         try:
-            getattr(patch, function_name)(module)
+            getattr(importlib.import_module(f"{__package__}.{module_name}"), function_name)(module)
         except Exception as error:
             if settings.strict():
                 raise
             patch.warn_once(f"hook:{module.__name__}", "patching %s failed (%r); it is left unpatched",
                             module.__name__, error)
 
-    hook.__qualname__ = f"accelerate_warmup_patch.{function_name}"
+    hook.__qualname__ = f"accelerate_warmup_patch.{target}"
     return hook
 
 
