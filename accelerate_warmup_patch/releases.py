@@ -114,6 +114,71 @@ WARMUP_MAX_LR_DEFAULTS: tuple[MaxLrFact, ...] = (
               f"{_LR_SCHEDULES} @ v0.19.4 (PR #8171): [group['lr'] for group in groups]"),
 )
 
+# DeepSpeed's multi-node launcher --------------------------------------------------------
+# `deepspeed --hostfile` (and `accelerate launch` across machines, which calls it) starts the ranks
+# of every node through a runner class. runner.py's main() sends a variable to the nodes only when
+# its name starts with one of EXPORT_ENVS (MLFLOW, PYTHON, MV2, UCX, the accelerator's; NCCL before
+# 0.12.6) or it is a line of .deepspeed_env: ACCELERATE_WARMUP_PATCH is neither on any release
+# (runner.py @ v0.9.0..v0.19.8). Every runner calls MultiNodeRunner.__init__, which creates
+# `self.exports`, and its get_cmd writes that dict into the command it builds.
+
+_MNR = "deepspeed/launcher/multinode_runner.py"
+_TWO_NODES = "real two-node pdsh launch over ssh (tests/test_multinode.py) on 0.14.4, 0.15.2, 0.19.8"
+_CMD = "real get_cmd checked (tests/test_multinode.py) on 0.14.4, 0.15.2, 0.19.8"
+
+
+@dataclass(frozen=True)
+class RunnerFact:
+    """How one runner class of one release range puts an exported variable on every node."""
+
+    runner: str  # the class in multinode_runner.py
+    launcher: str  # `deepspeed --launcher NAME`
+    span: Span
+    syntax: str  # what get_cmd writes for each export; "" when it writes nothing
+    remote_shell: bool  # the command runs in a shell on each node: the value must be shell-quoted
+    source: str
+
+    @property
+    def carries(self) -> bool:
+        return bool(self.syntax)
+
+
+MULTINODE_RUNNERS: tuple[RunnerFact, ...] = (
+    RunnerFact("PDSHRunner", "pdsh", Span("0.9.0", None), "export NAME=VALUE; (in the shell ssh starts)", True,
+               f"{_MNR} @ v0.9.0..v0.19.8: PDSHRunner.get_cmd; {_TWO_NODES}"),
+    RunnerFact("OpenMPIRunner", "openmpi", Span("0.9.0", None), "mpirun -x NAME=VALUE", False,
+               f"{_MNR} @ v0.9.0..v0.19.8: OpenMPIRunner.get_cmd; {_CMD}"),
+    RunnerFact("MPICHRunner", "mpich", Span("0.9.0", "0.9.1"), "", False,
+               f"{_MNR} @ v0.9.0..v0.9.1: get_cmd builds -x NAME=VALUE but leaves it out of the command"),
+    RunnerFact("MPICHRunner", "mpich", Span("0.9.2", None), "mpirun -genv NAME=VALUE", False,
+               f"{_MNR} @ v0.9.2..v0.19.8: MPICHRunner.get_cmd; {_CMD}"),
+    RunnerFact("IMPIRunner", "impi", Span("0.9.3", None), "mpirun -genv NAME VALUE", False,
+               f"{_MNR} @ v0.9.3 (class added)..v0.19.8: IMPIRunner.get_cmd; {_CMD}"),
+    RunnerFact("SlurmRunner", "slurm", Span("0.9.0", None), "srun --export=ALL,NAME=VALUE", False,
+               f"{_MNR} @ v0.9.0..v0.19.8: SlurmRunner.get_cmd; {_CMD}"),
+    RunnerFact("MVAPICHRunner", "mvapich", Span("0.9.0", None), "mpirun -env NAME=VALUE", False,
+               f"{_MNR} @ v0.9.0..v0.19.8: MVAPICHRunner.get_cmd; {_CMD}"),
+)
+
+
+@dataclass(frozen=True)
+class QuotingFact:
+    """What MultiNodeRunner.add_export does to a value (why the patch writes its exports itself)."""
+
+    span: Span
+    quoting: str
+    source: str
+
+
+ADD_EXPORT_QUOTING: tuple[QuotingFact, ...] = (
+    QuotingFact(Span("0.9.0", "0.15.1"), "the value as given", f"{_MNR} @ v0.9.0..v0.15.1: var.strip()"),
+    QuotingFact(Span("0.15.2", "0.16.4"), "always in double quotes: ranks started without a shell (MPI, "
+                "Slurm) receive the quotes", f"{_MNR} @ v0.15.2..v0.16.4: f'\"{{var.strip()}}\"'"),
+    QuotingFact(Span("0.16.5", None), "in double quotes only when it has characters outside "
+                "[\\w@%+=:,./-]", f"{_MNR} @ v0.16.5 (PR #7071)..v0.19.8: re.search before quoting"),
+)
+
+
 # accelerate ------------------------------------------------------------------------------
 
 ACCELERATE_FLOOR = "0.10.0"  # before it, DeepSpeedEngineWrapper subclassed DeepSpeedEngine
@@ -168,12 +233,42 @@ def start_fact(scheduler: str, deepspeed_version: str) -> StartFact | None:
     return None
 
 
+def runner_facts(deepspeed_version: str) -> tuple[RunnerFact, ...]:
+    """The multi-node runner classes of this release (the newest release's for an untested one)."""
+    parsed = parse(deepspeed_version)
+    if parsed[:3] > parse(NEWEST_DEEPSPEED):
+        parsed = parse(NEWEST_DEEPSPEED)
+    return tuple(fact for fact in MULTINODE_RUNNERS if fact.span.contains(parsed))
+
+
+def runner_fact(runner: str, deepspeed_version: str) -> RunnerFact | None:
+    return next((f for f in runner_facts(deepspeed_version) if f.runner == runner), None)
+
+
 def warmup_max_lr_default(deepspeed_version: str) -> MaxLrDefault:
     parsed = parse(deepspeed_version)
     for fact in WARMUP_MAX_LR_DEFAULTS:
         if fact.span.contains(parsed):
             return fact.default
     return MaxLrDefault.EACH_GROUP
+
+
+# The classes whose own __init__ upstream changed; WarmupDecayLR (and any user subclass) runs
+# WarmupLR.__init__ through super().__init__ (lr_schedules.py @ v0.9.0..v0.19.8), so it is fixed there.
+CONSTRUCTORS = ("WarmupLR", "WarmupCosineLR")
+
+
+def constructors_to_fix(deepspeed_version: str) -> tuple[str, ...]:
+    """The constructors the patch wraps on this release: where they start differently from the newest."""
+    wrapped = []
+    for name in CONSTRUCTORS:
+        fact = start_fact(name, deepspeed_version)
+        if fact is None:
+            continue  # the class does not exist yet (WarmupCosineLR before 0.12.3)
+        peak = name == "WarmupLR" and warmup_max_lr_default(deepspeed_version) is not MaxLrDefault.EACH_GROUP
+        if fact.start is not Start.SETS_EVERY_GROUP or peak:
+            wrapped.append(name)
+    return tuple(wrapped)
 
 
 def scheduler_classes() -> tuple[str, ...]:
