@@ -144,7 +144,8 @@ class RunnerFact:
 
 
 MULTINODE_RUNNERS: tuple[RunnerFact, ...] = (
-    RunnerFact("PDSHRunner", "pdsh", Span("0.9.0", None), "export NAME=VALUE; (in the shell ssh starts)", True,
+    RunnerFact("PDSHRunner", "pdsh", Span("0.9.0", None), "export NAME=VALUE; before the command pdsh runs over ssh",
+               True,
                f"{_MNR} @ v0.9.0..v0.19.8: PDSHRunner.get_cmd; {_TWO_NODES}"),
     RunnerFact("OpenMPIRunner", "openmpi", Span("0.9.0", None), "mpirun -x NAME=VALUE", False,
                f"{_MNR} @ v0.9.0..v0.19.8: OpenMPIRunner.get_cmd; {_CMD}"),

@@ -1,0 +1,95 @@
+"""Carry the switch to every node of a multi-node ``deepspeed`` launch.
+
+DeepSpeed's launcher (``deepspeed --hostfile``, and ``accelerate launch`` across machines, which
+calls it) sends a variable to the other nodes only when its name starts with one of runner.py's
+EXPORT_ENVS or it is a line of ``.deepspeed_env``: ACCELERATE_WARMUP_PATCH is neither, so without
+this module only the launching shell knows it. Loaded when ``deepspeed.launcher.multinode_runner``
+is imported in an armed process (the ``deepspeed`` command is one: the .pth arms it).
+
+``MultiNodeRunner.__init__`` is wrapped: every runner class of every release calls it first and it
+creates ``self.exports``, the dict each runner's ``get_cmd`` writes into the command for the nodes
+(``releases.MULTINODE_RUNNERS``). Right after it, the variables the launching process has set go in
+with its current values, ``off`` as ``off``. runner.py then adds EXPORT_ENVS and ``.deepspeed_env``:
+a line there for the same name wins, as it does over every variable DeepSpeed exports.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Callable
+from importlib import metadata
+from types import ModuleType
+from typing import Any
+
+from . import failures, log, patch, releases, settings
+
+CARRIED = (settings.ENV_MODE, settings.ENV_STRICT)
+
+
+def patch_runners(module: ModuleType) -> None:
+    """Wrap ``MultiNodeRunner.__init__`` of ``deepspeed.launcher.multinode_runner``."""
+    version = _deepspeed_version()
+    if releases.deepspeed_support(version) is releases.Support.UNSUPPORTED:
+        return  # patch_deepspeed has said, once, that nothing is patched on this release
+    base = getattr(module, "MultiNodeRunner", None)
+    if not isinstance(base, type) or "__init__" not in vars(base):
+        failures.report("launcher:base", "finding MultiNodeRunner.__init__", LookupError(
+            f"deepspeed.launcher.multinode_runner of DeepSpeed {version} has no MultiNodeRunner.__init__"),
+            "ACCELERATE_WARMUP_PATCH is not exported to the other nodes")
+        return
+    patch._wrap(base, "__init__", _init_wrapper)
+
+
+def _init_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
+    result = wrapped(*args, **kwargs)  # the original first: it creates the exports dict
+    original = getattr(wrapped, "__func__", wrapped)  # wrapt hands us the bound method
+    if not any(p.original is original for p in patch.state.patched):
+        return result  # removed, with someone else's wrapper stacked on ours
+    try:
+        carry(instance)
+    except failures.PatchError:
+        raise
+    except Exception as error:
+        failures.report("launcher:carry", "exporting ACCELERATE_WARMUP_PATCH to the other nodes", error,
+                        "the nodes use their own value; the launch goes on")
+    return result
+
+
+def carry(runner: Any) -> dict[str, str]:
+    """Put this process's ACCELERATE_WARMUP_PATCH* values into ``runner``'s exports; returns them."""
+    values = {name: os.environ[name] for name in CARRIED if os.environ.get(name, "").strip()}
+    if not values:
+        return values
+    version = _deepspeed_version()
+    name = type(runner).__name__
+    # by class, through the MRO: a user's subclass of PDSHRunner still goes through a shell
+    fact = next(filter(None, (releases.runner_fact(k.__name__, version) for k in type(runner).__mro__)), None)
+    exports = runner.exports
+    if not isinstance(exports, dict):
+        raise TypeError(f"{name}.exports is a {type(exports).__name__}, not a dict")
+    for key, value in values.items():
+        if fact is None:  # a runner the table does not know: its release's own convention
+            runner.add_export(key, value)
+        else:  # add_export's quoting differs per release (releases.ADD_EXPORT_QUOTING): written here
+            exports[key] = shlex.quote(value) if fact.remote_shell else value
+    listed = ", ".join(f"{key}={value}" for key, value in values.items())
+    if fact is not None and not fact.carries:
+        log.warn_once(f"launcher:{name}", "%s of DeepSpeed %s leaves its exports out of the command it builds "
+                        "(%s); %s reaches the other nodes only if the launcher passes its own environment on",
+                        name, version, fact.source, listed)
+        return values
+    how = fact.syntax if fact is not None else "add_export (a runner the guard table does not know)"
+    log.info("%s exports %s to every node (%s)", name, listed, how)
+    return values
+
+
+def _deepspeed_version() -> str:
+    version = getattr(sys.modules.get("deepspeed"), "__version__", None)
+    if version:
+        return str(version)
+    try:
+        return metadata.version("deepspeed")
+    except metadata.PackageNotFoundError:
+        return "0"
