@@ -21,6 +21,7 @@ _TARGETS = {
     "deepspeed.runtime.lr_schedules": "patch.patch_lr_schedules",
     "deepspeed.runtime.engine": "patch.patch_engine",
     "accelerate.utils.deepspeed": "patch.patch_accelerate",
+    "deepspeed.launcher.multinode_runner": "launcher.patch_runners",
 }
 _applied_by: "list[str]" = []
 _mode: "str | None" = None
