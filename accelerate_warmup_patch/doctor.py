@@ -65,6 +65,31 @@ def activation() -> dict[str, Any]:
     }
 
 
+def multinode(deepspeed: str | None, active: dict[str, Any]) -> dict[str, Any]:
+    """Whether ``deepspeed --hostfile`` would carry the switch to every node, per runner (the guard table's)."""
+    if deepspeed is None:
+        return {"carries": False, "why": "deepspeed is not installed", "runners": {}}
+    level = releases.deepspeed_support(deepspeed)
+    facts = releases.runner_facts(deepspeed) if level is not releases.Support.UNSUPPORTED else ()
+    runners = {f.launcher: f.syntax if f.carries else f"nothing ({f.source})" for f in facts}
+    carries = False
+    if level is releases.Support.UNSUPPORTED:
+        why = f"DeepSpeed {deepspeed} is older than {releases.DEEPSPEED_FLOOR}: nothing is patched or exported"
+    elif active["env"] is not None and settings.env_mode() == settings.Mode.OFF:
+        why = (f"{settings.ENV_MODE}=off: the package stands down in the launcher too and exports nothing; the "
+               f"nodes use their own value (a line {settings.ENV_MODE}=off in .deepspeed_env reaches every node)")
+    elif not active["active_at_start_up"] or active["env"] is None:
+        why = (f"the launching shell must have {settings.ENV_MODE} set (with the .pth) for the launcher to export "
+               "it; sitecustomize alone arms the patch but leaves the nodes to their own environment")
+    else:
+        carries = True
+        why = (f"the deepspeed launcher exports {settings.ENV_MODE} (and {settings.ENV_STRICT} when set) with the "
+               "launching shell's values")
+        if level is releases.Support.UNTESTED:
+            why += f"; DeepSpeed {deepspeed} is untested: the runners of {releases.NEWEST_DEEPSPEED} are assumed"
+    return {"carries": carries, "why": why, "runners": runners}
+
+
 def report() -> dict[str, Any]:
     versions = {name: _version(name) for name in ("torch", "deepspeed", "accelerate", "transformers")}
     deepspeed, accelerate = versions["deepspeed"], versions["accelerate"]
@@ -83,7 +108,8 @@ def report() -> dict[str, Any]:
     if not active["active_at_start_up"]:
         problems.append(f"the patch would not be active at start-up (set {settings.ENV_MODE}=reset)")
     verdicts = {name: releases.verdict(name, deepspeed) for name in releases.scheduler_classes()} if deepspeed else {}
-    return {"versions": versions, "verdicts": verdicts, "activation": active, "problems": problems,
+    return {"versions": versions, "verdicts": verdicts, "activation": active,
+            "multinode": multinode(deepspeed, active), "problems": problems,
             "package": _version("accelerate-warmup-patch"), "python": sys.version.split()[0]}
 
 
@@ -107,6 +133,12 @@ def _print(data: dict[str, Any]) -> None:
     active = data["activation"]
     print(f"Activation: mode {active['mode']}; at start-up: "
           f"{', '.join(active['through']) if active['through'] else 'no'}; by import: {active['by_import']}")
+    nodes = data["multinode"]
+    print(f"Multi-node (deepspeed --hostfile): {'carried' if nodes['carries'] else 'not carried'}: {nodes['why']}")
+    if nodes["runners"]:
+        print("  runner   what it writes for each exported variable")
+    for launcher, how in nodes["runners"].items():
+        print(f"  {launcher:8s} {how}")
     for problem in data["problems"]:
         print(f"  problem: {problem}")
     if not data["problems"]:
