@@ -150,7 +150,8 @@ MULTINODE_RUNNERS: tuple[RunnerFact, ...] = (
     RunnerFact("OpenMPIRunner", "openmpi", Span("0.9.0", None), "mpirun -x NAME=VALUE", False,
                f"{_MNR} @ v0.9.0..v0.19.8: OpenMPIRunner.get_cmd; {_CMD}"),
     RunnerFact("MPICHRunner", "mpich", Span("0.9.0", "0.9.1"), "", False,
-               f"{_MNR} @ v0.9.0..v0.9.1: get_cmd builds -x NAME=VALUE but leaves it out of the command"),
+               f"{_MNR} @ v0.9.0..v0.9.1: get_cmd builds -x NAME=VALUE but leaves it out of the command "
+               "(MPICH's mpiexec passes the launching environment on by default: src/pm/hydra, not tested)"),
     RunnerFact("MPICHRunner", "mpich", Span("0.9.2", None), "mpirun -genv NAME=VALUE", False,
                f"{_MNR} @ v0.9.2..v0.19.8: MPICHRunner.get_cmd; {_CMD}"),
     RunnerFact("IMPIRunner", "impi", Span("0.9.3", None), "mpirun -genv NAME VALUE", False,
