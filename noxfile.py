@@ -2,6 +2,7 @@
 
     nox -s lint tests        what .ci/run runs
     nox -s demo [-- 0.14.4]  the README's main job, on a buggy DeepSpeed release by default
+    nox -s matrix_era        each DeepSpeed minor on the stack of its month (tests/eras.py)
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent))
 from accelerate_warmup_patch import releases
+
+sys.path.insert(0, str(Path(__file__).parent / "tests"))
+import eras  # the era stacks: test tooling, not part of the package
 
 # This machine sets PYTHONDONTWRITEBYTECODE: then every fresh interpreter compiles torch, deepspeed
 # and transformers from source again (23 s for `import deepspeed` instead of 3 s), and the suite and
@@ -111,6 +115,41 @@ def matrix_scheduler(session: nox.Session, deepspeed: str) -> None:
     _matrix_run(session, "scheduler")
 
 
+def _install_era(session: nox.Session, era: eras.Era) -> None:
+    """The era's stack, every package as of its DeepSpeed release's date (torch is a CUDA build from the
+    registry: it runs on the CPU); pins listed in ``era.newer`` go in after, undated."""
+    dated = ["--exclude-newer", era.exclude_newer]
+    newer = {pin.split("==")[0] for pin, _ in era.newer}
+    stack = [f"torch=={era.torch}", f"deepspeed=={era.deepspeed}", f"accelerate=={era.accelerate}",
+             f"transformers=={era.transformers}", f"wrapt=={era.wrapt}"]
+    session.install(*dated, f"torch=={era.torch}", "numpy", "setuptools", "wheel", *era.extras)
+    session.install(*dated, "--no-build-isolation-package", "deepspeed", "packaging", "pytest",
+                    *(pin for pin in stack if pin.split("==")[0] not in newer))
+    for pin, _ in era.newer:
+        session.install(pin)
+    session.install("--no-deps", "-e", ".")  # its dependencies are the era's (above)
+    session.env["TORCH_EXTENSIONS_DIR"] = str(Path(".nox", "_torch_extensions", f"era-{era.id}").resolve())
+
+
+def _interpreter(version: str) -> str:
+    """pyenv's interpreter for ``version`` when pyenv has one: its shims only answer for the versions
+    `pyenv global` names, and nox and uv stop at the first shim. Elsewhere nox looks it up by version."""
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"), "versions")
+    found = sorted(root.glob(f"{version}.*/bin/python{version}"), key=lambda p: releases.parse(p.parts[-3]))
+    return str(found[-1]) if found else version
+
+
+@nox.session
+@nox.parametrize("python,era", [(_interpreter(era.python), era.id) for era in eras.ERAS],
+                 ids=[era.id for era in eras.ERAS])
+def matrix_era(session: nox.Session, era: str) -> None:
+    """Era tier: one DeepSpeed minor on its month's Python, torch, wrapt, accelerate and transformers
+    (tests/eras.py): real engines where they run on CPU, accelerate and the HF Trainer where those do,
+    and start-up activation (.pth + env var) on that Python."""
+    _install_era(session, eras.BY_ID[era])
+    _matrix_run(session, "era")
+
+
 def _notify_all(session: nox.Session, names: list[str], posargs: dict[str, list[str]] | None = None) -> None:
     for name in names:
         session.notify(name, [*session.posargs, *(posargs or {}).get(name, [])])
@@ -121,7 +160,8 @@ def matrix(session: nox.Session) -> None:
     """Every release of every tier (hours); `-- --write` records each row in matrix/results.json."""
     _notify_all(session, [f"matrix_engine(deepspeed='{v}')" for v in releases.ENGINE_TIER]
                 + [f"matrix_accelerate(deepspeed='{d}')" for d in releases.ACCELERATE_TIER_DEEPSPEED]
-                + [f"matrix_scheduler(deepspeed='{v}')" for v in releases.SCHEDULER_TIER])
+                + [f"matrix_scheduler(deepspeed='{v}')" for v in releases.SCHEDULER_TIER]
+                + [f"matrix_era({era.id})" for era in eras.ERAS])
 
 
 @nox.session(python=False)
@@ -147,7 +187,9 @@ def new_release(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
     """ruff, mypy, and the README's support table regenerated from the guard table."""
-    session.install("ruff", "mypy", "wrapt", "packaging", "-e", ".")
+    # mypy checks the lowest supported Python (pyproject: python_version): mypy 1.19 dropped 3.9, and
+    # wrapt 2.x's own stubs declare nothing below 3.10, so wrapt is 1.x here (untyped: Any)
+    session.install("ruff", "mypy<1.19", "wrapt<2", "packaging", "-e", ".")
     session.run("ruff", "check", "accelerate_warmup_patch", "tests", "noxfile.py", "benchmarks")
     session.run("mypy")
     session.run("python", "-m", "accelerate_warmup_patch", "table", "--check", "README.md",

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import era_shims
+
 HERE = Path(__file__).parent
 GOLDEN = json.loads((HERE / "golden.json").read_text())
 
@@ -244,6 +246,7 @@ def _import_patch(spec: Spec) -> None:
 def run(spec: Spec) -> list[list[float | None]]:
     if spec.patch == "before":
         _import_patch(spec)
+    era_shims.prepare()  # DeepSpeed 0.9-0.13 on CPU: stand-ins and settings, see tests/era_shims.py
     if spec.patch == "after" and _patch_loaded():
         raise RuntimeError("patch='after' needs an interpreter where nothing was patched yet")
     if spec.path == "accelerate":

@@ -1,6 +1,6 @@
 """One row of the version matrix: run the scenarios on the installed releases, check the table.
 
-    python tests/matrix.py engine|accelerate|scheduler [--results matrix/results.json] [--suggest]
+    python tests/matrix.py engine|accelerate|scheduler|era [--results matrix/results.json] [--suggest]
 
 Runs every matrix scenario unpatched and patched (each in a fresh interpreter), then checks:
 - the guard table: the first optimizer step unpatched, per scheduler class and param group, is what
@@ -9,6 +9,11 @@ Runs every matrix scenario unpatched and patched (each in a fresh interpreter), 
 Writes one row (release, tier, verdicts, date, torch) into the results file and exits 1 on any
 mismatch, naming the release. ``--suggest`` prints the table rows a release newer than the table
 would need, from what it observed.
+
+The era tier (``nox -s matrix_era``, stacks in ``tests/eras.py``) runs on the stack of the
+release's month: raw engines, accelerate and the HF Trainer where their DeepSpeed path runs on
+CPU, then the start-up activation tests (``tests/test_activation.py``) on that Python; its row
+names the whole stack and the package commit it ran against.
 """
 
 from __future__ import annotations
@@ -17,14 +22,17 @@ import argparse
 import datetime
 import fcntl
 import json
+import platform
+import subprocess
 import sys
 from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
+import eras
 import harness
-from harness import GOLDEN, Spec, run_specs
-from scenarios import MATRIX_ENGINE, MATRIX_SCHEDULER
+from harness import GOLDEN, HERE, Spec, run_specs
+from scenarios import MATRIX_ENGINE, MATRIX_SCHEDULER, TRAINER
 
 from accelerate_warmup_patch import releases
 
@@ -38,10 +46,33 @@ def _specs(tier: str, deepspeed: str) -> list[Spec]:
         specs = [replace(s, path="schedule") for s in MATRIX_SCHEDULER]
     elif tier == "accelerate":
         specs = [s for s in MATRIX_ENGINE if s.path == "accelerate"]
+    elif tier == "era":
+        specs = _era_specs()
     else:
         specs = MATRIX_ENGINE
     # a class the release does not have yet (WarmupCosineLR before 0.12.3) is no scenario for it
     return [s for s in specs if releases.start_fact(s.scheduler.split("-")[0], deepspeed) is not None]
+
+
+def _era_specs() -> list[Spec]:
+    """Raw engines (the release's scheduler classes alone where no engine runs on CPU: ``Era.engine``);
+    accelerate and the HF Trainer where accelerate's DeepSpeed path runs on CPU."""
+    era = eras.BY_ID.get(metadata.version("deepspeed"))
+    if era is not None and not era.engine:
+        return [replace(s, path="schedule") for s in MATRIX_SCHEDULER]
+    specs = [s for s in MATRIX_ENGINE if s.path == "deepspeed"]
+    accelerate = _version("accelerate")
+    if accelerate and releases.parse(accelerate) >= releases.parse(releases.ACCELERATE_CPU_FLOOR):
+        specs += [s for s in MATRIX_ENGINE if s.path == "accelerate"]
+        if _version("transformers"):
+            specs += [s for s in TRAINER if not s.torch_scheduler]
+    return specs
+
+
+def _compared(rows: list[list[float | None]], spec: Spec, tier: str) -> list[list[float | None]]:
+    """What must equal the newest release's. In the era tier, a Trainer run's last row (the lrs it
+    logged, prefixed by None) is left out: it depends on that transformers release's logging."""
+    return rows[:-1] if tier == "era" and spec.path == "trainer" else rows
 
 
 def _peak_lrs(rows: list[list[float]], spec: Spec) -> list[float]:
@@ -79,7 +110,7 @@ def check(tier: str) -> tuple[dict[str, object], list[str]]:
         if spec.scheduler == "WarmupLR-default-max" and _peak_lrs(observed, spec) != _expected_peaks(spec, deepspeed):
             problems.append(f"table: {spec.key} default peak is {_peak_lrs(observed, spec)}, the table says "
                             f"{_expected_peaks(spec, deepspeed)}")
-        if patched.lrs[spec.key] != GOLDEN["runs"][_golden_key(spec)]:
+        if _compared(patched.lrs[spec.key], spec, tier) != _compared(GOLDEN["runs"][_golden_key(spec)], spec, tier):
             problems.append(f"patch: {spec.key} patched differs from DeepSpeed {GOLDEN['deepspeed']}")
     import torch
 
@@ -91,7 +122,50 @@ def check(tier: str) -> tuple[dict[str, object], list[str]]:
         "table": "matches" if not any(p.startswith("table") for p in problems) else "MISMATCH",
         "scenarios": len(specs), "date": datetime.date.today().isoformat(), "torch": torch.__version__,
     }
+    if tier == "era":
+        activation, passed = _activation()
+        if not passed:
+            problems.append(f"activation: {activation}")
+        row.update(_era_stack(specs), activation=activation)
     return row, problems
+
+
+def _era_stack(specs: list[Spec]) -> dict[str, object]:
+    paths = {"deepspeed": "raw engine", "accelerate": "accelerate", "trainer": "HF Trainer",
+             "schedule": "scheduler classes (no engine)"}
+    return {"python": platform.python_version(), "wrapt": _version("wrapt"), "transformers": _version("transformers"),
+            "ran": " + ".join(dict.fromkeys(paths[s.path] for s in specs)), "package": _package_commit(),
+            "era": eras.BY_ID[metadata.version("deepspeed")].date if metadata.version("deepspeed") in eras.BY_ID
+            else None}
+
+
+def _activation() -> tuple[str, bool]:
+    """tests/test_activation.py in this venv: the .pth and the env var on this Python; the accelerate
+    case only where accelerate's DeepSpeed path runs on CPU, the training cases only where an engine does."""
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(HERE / "test_activation.py")]
+    skip = []
+    accelerate = _version("accelerate")
+    if not accelerate or releases.parse(accelerate) < releases.parse(releases.ACCELERATE_CPU_FLOOR):
+        skip.append("import_accelerate")
+    era = eras.BY_ID.get(metadata.version("deepspeed"))
+    if era is not None and not era.engine:
+        skip.append("fixes_the_trajectory")  # they train a real engine
+    if skip:
+        command += ["-k", " and ".join(f"not {name}" for name in skip)]
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=HERE.parent)
+    summary = (proc.stdout.strip().splitlines() or ["no output"])[-1].strip("= ")
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-6000:] + proc.stderr[-2000:])
+    return f"test_activation.py: {summary}", proc.returncode == 0
+
+
+def _package_commit() -> str:
+    """The commit the package ran from, with "+dirty" when its files differ from it (shared work tree)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=HERE.parent).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD")
+    return commit + ("+dirty" if git("status", "--porcelain", "--", "accelerate_warmup_patch") else "")
 
 
 def _version(distribution: str) -> str | None:
@@ -119,7 +193,7 @@ _RUN = "real engine run, CPU"
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("tier", choices=["engine", "accelerate", "scheduler"])
+    parser.add_argument("tier", choices=["engine", "accelerate", "scheduler", "era"])
     parser.add_argument("--results", type=Path)
     parser.add_argument("--suggest", action="store_true")
     args = parser.parse_args()
