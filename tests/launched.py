@@ -3,6 +3,10 @@
 Trains the demo model on this rank and writes its lrs to ``$AWP_LAUNCH_OUT/rank<r>.json``. Activation comes from the
 environment the launcher passes down (ACCELERATE_WARMUP_PATCH and the installed .pth), so the
 script itself never imports the package. ``--accelerate`` trains through accelerate's Accelerator.
+
+Each rank also writes ``env-rank<r>.json``: the switch it received, its node (``CROSS_RANK``, set by
+DeepSpeed's multi-node launch), whether ssh started it, and how the package was armed in it.
+``--env-only`` writes just that (nothing imported, nothing wrapped) and does not train.
 """
 
 from __future__ import annotations
@@ -62,9 +66,26 @@ def _config() -> dict[str, object]:
     }
 
 
+def _seen() -> dict[str, object]:
+    package = sys.modules.get("accelerate_warmup_patch")  # imported by the .pth, never by this script
+    return {
+        "rank": os.environ.get("RANK"),
+        "node": os.environ.get("CROSS_RANK"),
+        "ssh": "SSH_CONNECTION" in os.environ,
+        "ACCELERATE_WARMUP_PATCH": os.environ.get("ACCELERATE_WARMUP_PATCH"),
+        "armed": {k: v for k, v in package.status().items() if k in ("mode", "applied_by")} if package else None,
+    }
+
+
 def main() -> int:
-    rows = _rows_accelerate() if "--accelerate" in sys.argv else _rows_deepspeed()
     out = os.environ["AWP_LAUNCH_OUT"]  # a file per rank: launchers interleave their ranks' stdout
+    if "--env-only" in sys.argv:
+        with open(os.path.join(out, f"env-rank{os.environ['RANK']}.json"), "w") as file:
+            json.dump(_seen(), file)
+        return 0
+    rows = _rows_accelerate() if "--accelerate" in sys.argv else _rows_deepspeed()
+    with open(os.path.join(out, f"env-rank{os.environ['RANK']}.json"), "w") as file:
+        json.dump(_seen(), file)
     with open(os.path.join(out, f"rank{os.environ['RANK']}.json"), "w") as file:
         json.dump(rows, file)
     torch.distributed.barrier()
