@@ -77,8 +77,8 @@ def carry(runner: Any) -> dict[str, str]:
     listed = ", ".join(f"{key}={value}" for key, value in values.items())
     if fact is not None and not fact.carries:
         log.warn_once(f"launcher:{name}", "%s of DeepSpeed %s leaves its exports out of the command it builds "
-                        "(%s); %s reaches the other nodes only if the launcher passes its own environment on",
-                        name, version, fact.source, listed)
+                      "(%s); %s reaches the other nodes only if the launcher passes its own environment on",
+                      name, version, fact.source, listed)
         return values
     how = fact.syntax if fact is not None else "add_export (a runner the guard table does not know)"
     log.info("%s exports %s to every node (%s)", name, listed, how)
