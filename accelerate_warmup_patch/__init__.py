@@ -2,76 +2,65 @@
 
 ``import accelerate_warmup_patch`` applies the patch (unless ACCELERATE_WARMUP_PATCH=off). This
 module is on the start-up path of every process of an armed image, so it only waits: until
-deepspeed or accelerate is imported, or the API (``apply``, ``remove``, ``status``) is used, a
-finder first on sys.meta_path is all there is. Then the rest of the package loads and installs the
-wrappers when deepspeed or accelerate is imported, or at once if they already are.
+deepspeed or accelerate is imported, or the API (``apply``, ``remove``, ``status``) is used, two
+post-import hooks in ``bootstrap`` are all there is. Then the rest of the package loads and installs
+the wrappers (at once if deepspeed or accelerate is already imported).
 """
 
-import _thread
 import sys
+
+from . import bootstrap
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from importlib.machinery import ModuleSpec
     from types import ModuleType
 
     from .api import apply, remove, status
     from .api import arm_from_environment as arm_from_environment
-    from .settings import Mode
+    from .failures import PatchError
+    from .settings import Mode, SettingsError
 
-__all__ = ["Mode", "__version__", "apply", "remove", "status"]
+__all__ = ["Mode", "PatchError", "SettingsError", "__version__", "apply", "remove", "status"]
 __version__ = "0.1.0"
 
-_API = ("Mode", "apply", "arm_from_environment", "remove", "status")
+_API = {"Mode": "settings", "SettingsError": "settings", "PatchError": "failures", "apply": "api",
+        "arm_from_environment": "api", "remove": "api", "status": "api"}
 # the first import of either is the first moment the patch has something to do
 _FRAMEWORKS = ("deepspeed", "accelerate")
-_pending: "list[str]" = []  # who imported the package before api.py was loaded
-_lock = _thread.RLock()  # a second thread's first import must wait until the hooks are registered
 
 
 def __getattr__(name: str) -> object:
     if name not in _API:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    api = _load_the_rest()
-    globals().update((n, getattr(api, n)) for n in _API)  # later lookups skip this function
-    return globals()[name]
+    _load_the_rest()
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{_API[name]}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
 
 
-def _load_the_rest() -> "ModuleType":
-    """Load api.py and let it arm the patch for whoever imported the package so far."""
-    with _lock:
-        if _waiter in sys.meta_path:
-            sys.meta_path.remove(_waiter)
-        from . import api
+def _load_the_rest() -> None:
+    """Load api.py and let it arm the patch for whoever imported the package so far.
 
-        api.take_over(_pending)
-    return api
+    Once armed, the arming hooks stay until their framework is imported (then they find nothing left
+    to do): an import of it already under way in another thread still goes through the hooks' loader."""
+    from . import api
 
-
-class _FirstFrameworkImport:
-    """Notices the first import of deepspeed or accelerate, then hands over to the post-import hooks."""
-
-    def find_spec(self, fullname: str, path: "Sequence[str] | None",
-                  target: "ModuleType | None" = None) -> "ModuleSpec | None":
-        if fullname not in _FRAMEWORKS:
-            return None
-        from . import bootstrap  # the standard library alone: it loads even where the rest fails
-
-        try:
-            _load_the_rest()
-        except Exception:  # the user's import of the framework must go on
-            from . import settings
-
-            if settings.strict():
-                raise
-            bootstrap.warn("arming the patch at the import of %s failed; it is left unpatched", fullname)
-        # this finder has left sys.meta_path, and importlib would skip the one after it (and the
-        # hooks' finder, inserted first): the finders are asked here
-        return bootstrap.find_elsewhere(self, fullname, path, target)
+    api.take_over()
+    if not api.armed():
+        bootstrap.cancel(_arm)
 
 
-_waiter = _FirstFrameworkImport()
+def _arm(module: "ModuleType") -> None:
+    """The first import of a framework: arm the patch; a failure never breaks that import."""
+    try:
+        _load_the_rest()
+    except Exception as error:
+        from . import failures
+
+        failures.report("arm", f"arming the patch at the import of {module.__name__}", error,
+                        "this process runs unpatched")
 
 
 def _activated_by() -> str:
@@ -90,17 +79,18 @@ def _activated_by() -> str:
 
 
 def _on_import() -> None:
-    # not a module global: through the waiter on sys.meta_path it would keep os alive past the first
+    # not a module global: through the finder on sys.meta_path it would keep os alive past the first
     # collection of interpreter shutdown, which costs every armed process ~0.2 ms at exit
     import os
 
-    _pending.append(_activated_by())
+    bootstrap.importers.append(_activated_by())
     # strict mode wants a bad value to raise now, not at the first import of a framework; the name
     # is settings.ENV_STRICT, spelled out because settings.py is not loaded yet
     if any(name in sys.modules for name in _FRAMEWORKS) or os.environ.get("ACCELERATE_WARMUP_PATCH_STRICT"):
         _load_the_rest()
     else:
-        sys.meta_path.insert(0, _waiter)
+        for framework in _FRAMEWORKS:
+            bootstrap.when_imported(framework, _arm)
 
 
 _on_import()

@@ -15,11 +15,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is for the type checker only; nothing here needs it at run time
     from typing import Any
 
-# module name -> "module_of_this_package.function" that patches it, called right after it is imported
+# module name -> "module_of_this_package.function" that patches it, called right after it is imported.
+# deepspeed's hook reaches its submodules itself: deepspeed/__init__.py has imported them by then,
+# and only then is deepspeed.__version__, which decides what is wrapped, set.
 _TARGETS = {
     "deepspeed": "patch.patch_deepspeed",
-    "deepspeed.runtime.lr_schedules": "patch.patch_lr_schedules",
-    "deepspeed.runtime.engine": "patch.patch_engine",
     "accelerate.utils.deepspeed": "patch.patch_accelerate",
     "deepspeed.launcher.multinode_runner": "launcher.patch_runners",
 }
@@ -33,22 +33,23 @@ def _hook_for(target: str) -> "bootstrap.Hook":
     def hook(module: "Any") -> None:
         import importlib
 
-        from . import patch
+        from . import failures, patch
 
         patch.state.mode = _mode or settings.DEFAULT
+        mark = len(patch.state.patched)
         try:
             getattr(importlib.import_module(f"{__package__}.{module_name}"), function_name)(module)
         except Exception as error:
-            if settings.strict():
-                raise
-            patch.warn_once(f"hook:{module.__name__}", "patching %s failed (%r); it is left unpatched",
-                            module.__name__, error)
+            patch.unpatch_since(mark)  # all or nothing per module: no half-patched release
+            failures.report(f"hook:{module.__name__}", f"patching {module.__name__}", error,
+                            f"{module.__name__} is left unpatched; what was patched before stays")
 
     hook.__qualname__ = f"accelerate_warmup_patch.{target}"
     return hook
 
 
 _HOOKS = {name: _hook_for(function) for name, function in _TARGETS.items()}
+_LAUNCHER = "deepspeed.launcher.multinode_runner"
 
 
 def apply(mode: "str | None" = None, *, via: str = "apply()") -> str:
@@ -63,19 +64,18 @@ def apply(mode: "str | None" = None, *, via: str = "apply()") -> str:
         if _mode is not None:
             remove()
         return resolved
-    if _mode is not None:
-        if resolved != _mode:
-            import logging
+    if _mode is not None and resolved != _mode:
+        from . import log
 
-            logging.getLogger("accelerate_warmup_patch").info("mode changed from %s to %s (%s)", _mode, resolved, via)
-        _mode = resolved
-        _sync_loaded_patch()
-        _applied_by.append(via)
-        return resolved
+        log.info("mode changed from %s to %s (%s)", _mode, resolved, via)
     _mode = resolved
     _applied_by.append(via)
+    _sync_loaded_patch()
+    # again on every apply(): a hook whose module is loaded runs at once, and wraps only what is not
+    # wrapped already (what a reload of deepspeed put there)
     for name, hook in _HOOKS.items():
         bootstrap.when_imported(name, hook)
+    bootstrap.sweep()
     return resolved
 
 
@@ -86,10 +86,9 @@ def _sync_loaded_patch() -> None:
 
 
 def remove() -> None:
-    """Undo apply(): pending hooks are dropped and every wrapped function is the original again."""
+    """Undo apply() and the import's arming: no hook is pending, every wrapped function is the original."""
     global _mode
-    for hook in _HOOKS.values():
-        bootstrap.cancel(hook)
+    bootstrap.cancel_all()
     patch = sys.modules.get("accelerate_warmup_patch.patch")
     if patch is not None:
         patch.unpatch_all()
@@ -102,13 +101,13 @@ def status() -> "dict[str, Any]":
     from . import releases
 
     patch = sys.modules.get("accelerate_warmup_patch.patch")
-    patched = [p.label for p in patch.state.patched] if patch else []
+    patched = patch.in_place() if patch else []
     deepspeed_version = _version_of("deepspeed")
     return {
         "mode": _mode or Mode.OFF,
         "applied_by": list(dict.fromkeys(_applied_by)),
         "patched": patched,
-        "waiting_for": list(bootstrap.pending()),
+        "waiting_for": bootstrap.pending(list(_HOOKS.values())),
         "fixes_applied": patch.state.fixes if patch else 0,
         "strict": settings.strict(),
         "versions": {"deepspeed": deepspeed_version, "accelerate": _version_of("accelerate")},
@@ -130,15 +129,30 @@ def _version_of(distribution: str) -> "str | None":
 
 
 def arm_from_environment(via: str = "environment") -> None:
-    """Apply only when ACCELERATE_WARMUP_PATCH asks for it: the entry point for .pth and sitecustomize."""
-    if settings.env_mode() not in (None, Mode.OFF):
+    """Apply only when ACCELERATE_WARMUP_PATCH asks for it: the entry point for .pth and sitecustomize.
+
+    With ``off`` nothing is patched, except that DeepSpeed's multi-node launcher, if this process is
+    one, carries ``off`` to the other nodes: the kill switch reaches every rank, as ``reset`` does.
+    """
+    mode = settings.env_mode()
+    if mode == Mode.OFF:
+        bootstrap.when_imported(_LAUNCHER, _HOOKS[_LAUNCHER])
+    elif mode is not None:
         apply(via=via)
 
 
-def take_over(pending: "list[str]") -> None:
+def armed() -> bool:
+    """True between an apply() that patches and the next remove()."""
+    return _mode is not None
+
+
+def take_over() -> None:
     """Arm the patch for each importer the package recorded before this module was loaded."""
-    while pending:
-        via = pending.pop(0)
+    while True:
+        try:
+            via = bootstrap.importers.pop(0)
+        except IndexError:  # another thread may take the last one between a check and a pop
+            return
         if via == ".pth":  # the .pth only saw the variable set: its value is read here, in one place
             arm_from_environment(via)
         else:

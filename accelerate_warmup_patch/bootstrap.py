@@ -1,13 +1,13 @@
-"""Post-import hooks with the standard library alone.
+"""Post-import hooks with the standard library alone: one finder, no lock held across an import.
 
-wrapt's own importer would do, but importing wrapt costs ~50 ms, and these hooks are registered in
-every process that imports deepspeed or accelerate with the patch armed, whether it trains or not.
-A hook fires at once when its module is already imported, otherwise right after the module's code
-has run. A hook must never break the user's import: each one is called inside try/except and only
-logs.
+On the start-up path of every armed process, so it stays small: wrapt's own importer would do, but
+importing wrapt costs ~50 ms. A hook fires at once when its module is already imported, otherwise
+right after the module's code has run (in the loader, not in ``find_spec``: a probe such as
+``importlib.util.find_spec("deepspeed")`` is not an import). The finder sits first on
+``sys.meta_path`` only while a hook is pending. A hook that fails is reported through
+``failures.report``: a warning, or in strict mode an exception out of the user's import.
 """
 
-import _thread
 import sys
 
 TYPE_CHECKING = False
@@ -19,24 +19,41 @@ if TYPE_CHECKING:  # typing and importlib.abc cost milliseconds, and only the ty
 
     Hook = Callable[[ModuleType], None]
 
-_lock = _thread.RLock()
 _hooks: "dict[str, list[Hook]]" = {}
-
-
-def warn(message: str, *args: object) -> None:
-    import logging
-
-    logging.getLogger("accelerate_warmup_patch").warning(message, *args, exc_info=True)
+# who imported the package before the rest of it was loaded: ".pth", "sitecustomize", "import"
+importers: "list[str]" = []
 
 
 def _fire(module: "ModuleType") -> None:
-    with _lock:
-        hooks = _hooks.pop(module.__name__, [])
-    for hook in hooks:
-        try:
-            hook(module)
-        except Exception:  # a hook must not break the user's import of its target
-            warn("post-import hook for %s failed; it is left unpatched", module.__name__)
+    """Run the hooks of ``module``, then those of any pending module that finished loading meanwhile."""
+    while module.__name__ in _hooks:  # again for hooks registered meanwhile (the arming hook registers some)
+        for hook in _hooks.pop(module.__name__, ()):
+            _call(hook, module)
+    sweep()
+
+
+def sweep() -> None:
+    """Fire the hooks of modules that finished loading without this finder's loader: registered while
+    their import was already under way (in this thread, or in another one)."""
+    for name in [n for n in _hooks if _loaded(n)]:
+        for hook in _hooks.pop(name, ()):
+            _call(hook, sys.modules[name])
+    _leave_if_idle()
+
+
+def _call(hook: "Hook", module: "ModuleType") -> None:
+    try:
+        hook(module)
+    except Exception as error:  # the hook's own failure policy came first; this is the last net
+        from . import failures
+
+        name = module.__name__
+        failures.report(f"hooks:{name}", f"patching {name}", error, f"{name} is left unpatched")
+
+
+def _loaded(name: str) -> bool:
+    module = sys.modules.get(name)
+    return module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False)
 
 
 class _Loader:
@@ -60,30 +77,29 @@ class _Loader:
 
 
 class _Finder:
-    """Sits first on sys.meta_path and only answers for modules that have pending hooks."""
+    """Answers only for modules with pending hooks: the other finders' spec, with a loader that fires them."""
 
-    _busy = _thread._local()
+    def __init__(self) -> None:
+        self._looking_up: set[str] = set()  # find_spec runs under the global import lock: no race here
 
     def find_spec(self, fullname: str, path: "Sequence[str] | None",
                   target: "ModuleType | None" = None) -> "ModuleSpec | None":
-        if fullname not in _hooks or getattr(self._busy, "active", False):
+        if fullname not in _hooks or fullname in self._looking_up:
             return None
-        self._busy.active = True
+        self._looking_up.add(fullname)
         try:
-            spec = find_elsewhere(self, fullname, path, target)
+            spec = _find_elsewhere(fullname, path, target)
         finally:
-            self._busy.active = False
+            self._looking_up.discard(fullname)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         spec.loader = _Loader(spec.loader)  # type: ignore[assignment]
         return spec
 
 
-def find_elsewhere(me: object, fullname: str, path: "Sequence[str] | None",
-                   target: "ModuleType | None") -> "ModuleSpec | None":
-    """The spec that the finders on sys.meta_path other than ``me`` find for ``fullname``."""
-    for finder in sys.meta_path:
-        if finder is me or not hasattr(finder, "find_spec"):
+def _find_elsewhere(fullname: str, path: "Sequence[str] | None", target: "ModuleType | None") -> "ModuleSpec | None":
+    for finder in list(sys.meta_path):
+        if _is_ours(finder) or not hasattr(finder, "find_spec"):
             continue
         spec = finder.find_spec(fullname, path, target)
         if spec is not None:
@@ -91,40 +107,45 @@ def find_elsewhere(me: object, fullname: str, path: "Sequence[str] | None",
     return None
 
 
-_finder = _Finder()
+def _is_ours(finder: object) -> bool:
+    """Also true for the finder of an earlier copy of this module (importlib.reload): never two."""
+    return type(finder).__module__ == __name__ and type(finder).__qualname__ == "_Finder"
 
 
 def when_imported(name: str, hook: "Hook") -> None:
     """Call ``hook(module)`` now if ``name`` is imported, else right after it is."""
-    module = sys.modules.get(name)
-    if module is not None and not _importing(module):
-        try:
-            hook(module)
-        except Exception:
-            warn("patching %s failed; it is left unpatched", name)
+    if _loaded(name):
+        _call(hook, sys.modules[name])
         return
-    with _lock:
-        _hooks.setdefault(name, []).append(hook)
-        if _finder not in sys.meta_path:
-            sys.meta_path.insert(0, _finder)
-
-
-def _importing(module: "ModuleType") -> bool:
-    spec = getattr(module, "__spec__", None)
-    return bool(getattr(spec, "_initializing", False))
+    hooks = _hooks.setdefault(name, [])
+    if hook not in hooks:
+        hooks.append(hook)
+    if not any(_is_ours(f) for f in sys.meta_path):
+        # a new list, not an insert: another thread may be iterating over the old one right now
+        sys.meta_path = [_Finder(), *sys.meta_path]
 
 
 def cancel(hook: "Hook") -> None:
-    """Forget a hook that has not fired yet; drop the finder when none is left."""
-    with _lock:
-        for name in list(_hooks):
-            _hooks[name] = [h for h in _hooks[name] if h is not hook]
-            if not _hooks[name]:
-                del _hooks[name]
-        if not _hooks and _finder in sys.meta_path:
-            sys.meta_path.remove(_finder)
+    """Forget a hook that has not fired yet."""
+    for name in list(_hooks):
+        _hooks[name] = [h for h in _hooks[name] if h is not hook]
+        if not _hooks[name]:
+            del _hooks[name]
+    _leave_if_idle()
 
 
-def pending() -> "tuple[str, ...]":
-    with _lock:
-        return tuple(_hooks)
+def cancel_all() -> None:
+    """Forget every pending hook and every recorded importer: nothing is armed any more."""
+    _hooks.clear()
+    importers.clear()
+    _leave_if_idle()
+
+
+def _leave_if_idle() -> None:
+    if not _hooks and any(_is_ours(f) for f in sys.meta_path):
+        sys.meta_path = [f for f in sys.meta_path if not _is_ours(f)]  # a new list, as above
+
+
+def pending(among: "Sequence[Hook]") -> "list[str]":
+    """The modules that one of ``among`` still waits for."""
+    return [name for name, hooks in list(_hooks.items()) if any(hook in among for hook in hooks)]

@@ -75,18 +75,20 @@ def _free_port() -> int:
 
 def train_deepspeed(config: dict[str, Any], model: Any, params: Any, steps: int,
                     before: Callable[[Any], None] | None = None, after: Callable[[Any], None] | None = None,
-                    **kwargs: Any) -> list[Any]:
+                    initialize: Callable[..., Any] | None = None, **kwargs: Any) -> list[Any]:
     """Build a real engine with ``deepspeed.initialize`` and train ``steps`` optimizer steps.
 
     ``before(engine)`` runs before the first step (a checkpoint load), ``after(engine)`` after the
-    last (a checkpoint save).
+    last (a checkpoint save); ``initialize`` replaces ``deepspeed.initialize`` (a reference bound
+    before the patch was applied).
     """
     import deepspeed
     import torch
 
     set_up_single_process()
     deepspeed.init_distributed(dist_backend="gloo")
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=config, **kwargs)
+    build = initialize or deepspeed.initialize
+    engine, _, _, _ = build(model=model, model_parameters=params, config=config, **kwargs)
     if before is not None:
         before(engine)
     recorder = Recorder(torch_optimizer(engine))

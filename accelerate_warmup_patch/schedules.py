@@ -18,9 +18,9 @@ KNOWN = releases.scheduler_classes()
 
 @dataclass(frozen=True)
 class Construction:
-    """What a WarmupLR saw when it was built, captured before its own __init__ ran."""
+    """What a WarmupLR saw when it was built: its groups' lrs (None: unknown) and whether a peak was given."""
 
-    group_lrs: tuple[Any, ...]
+    group_lrs: tuple[Any, ...] | None
     max_lr_given: bool
 
 
@@ -49,17 +49,24 @@ def newest_start_lrs(scheduler: Any, name: str) -> list[Any]:
     raise LookupError(f"no start rule for {name}")
 
 
-def newest_max_lrs(scheduler: Any, name: str, construction: Construction | None) -> list[Any] | None:
-    """WarmupLR's peak lrs as the newest release picks them when the config names none.
+def default_peak_differs(name: str, deepspeed_version: str) -> bool:
+    """True where a WarmupLR built without warmup_max_lr peaks elsewhere than on the newest release."""
+    default = releases.warmup_max_lr_default(deepspeed_version)
+    return name == "WarmupLR" and default is not releases.MaxLrDefault.EACH_GROUP
 
-    None when nothing is to change: another class, a peak given by the config, a release that
-    already uses each group's own lr, or a WarmupLR built before the patch was applied (its
-    groups' lrs at construction are then unknown).
+
+def newest_max_lrs(scheduler: Any, construction: Construction) -> list[Any] | None:
+    """WarmupLR's peak lrs as the newest release picks them when none was given: each group's own lr.
+
+    None when nothing is to change: a peak was given, or the release already picked the same.
+    Raises LookupError when no peak was given but the groups' lrs at construction are unknown.
     """
-    if name != "WarmupLR" or construction is None or construction.max_lr_given:
+    if construction.max_lr_given:
         return None
+    if construction.group_lrs is None:
+        raise LookupError("the groups' lrs at construction are unknown")
     newest = list(construction.group_lrs)
-    if list(scheduler.max_lrs) == newest:
+    if [lr_value(v) for v in scheduler.max_lrs] == [lr_value(v) for v in newest]:
         return None
     return newest
 

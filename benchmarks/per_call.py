@@ -3,10 +3,9 @@
     python benchmarks/per_call.py [--rounds 15] [--number 200000]
 
 The real accelerate class, patched by the real patch, around a trivial engine whose methods do
-nothing, so the figure is the patch's own cost. Each round times ``wrapper.backward(0.0)``, the
-call accelerate makes, with the patch removed and then applied again, in one process. Also timed:
-the call through the class-level wrapt wrapper, which an instance takes only on its first call
-(or when it has no ``__dict__``): why the patch steps aside after that call.
+nothing, so the figure is the patch's own cost: wrapt's dispatch, and the check that this engine's
+scheduler was seen before. Each round times ``wrapper.backward(0.0)``, the call accelerate makes,
+with the patch removed and then applied again, in one process. Goal: at most 2 us per call.
 """
 
 from __future__ import annotations
@@ -22,8 +21,12 @@ from accelerate.utils.deepspeed import DeepSpeedEngineWrapper
 import accelerate_warmup_patch
 
 
+class Scheduler:
+    """Seen by the patch on the first call, like a real scheduler: later calls only find it seen."""
+
+
 class TrivialEngine:
-    lr_scheduler = None
+    lr_scheduler = Scheduler()
 
     def set_gradient_accumulation_boundary(self, is_boundary: bool) -> None:
         pass
@@ -46,22 +49,16 @@ def main() -> None:
     def call() -> None:
         wrapper.backward(0.0)
 
-    def call_through_class() -> None:
-        DeepSpeedEngineWrapper.backward(wrapper, 0.0)
-
-    base, patched, through_class = [], [], []
+    base, patched = [], []
     for _ in range(args.rounds):
         accelerate_warmup_patch.remove()
-        assert "backward" not in vars(wrapper)
         base.append(timeit.timeit(call, number=args.number) / args.number)
         accelerate_warmup_patch.apply()
         call()  # the first call does the one-time work
-        assert "backward" in vars(wrapper), "the patch did not step aside after the first call"
+        assert hasattr(type(wrapper).__dict__["backward"], "__wrapped__"), "backward is not patched"
         patched.append(timeit.timeit(call, number=args.number) / args.number)
-        through_class.append(timeit.timeit(call_through_class, number=args.number) / args.number)
     print(f"backward() unpatched: median {statistics.median(base) * 1e9:.0f} ns per call, {args.rounds} rounds")
-    for name, values in (("patched, after the first call", patched),
-                         ("through the class-level wrapt wrapper", through_class)):
+    for name, values in (("patched, after the first call", patched),):
         overhead = [(v - b) * 1e9 for v, b in zip(values, base)]
         ratios = [v / b for v, b in zip(values, base)]
         print(f"  {name:40s} overhead median {statistics.median(overhead):+.0f} ns (min {min(overhead):+.0f}, "

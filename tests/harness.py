@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,21 +65,35 @@ class Spec:
     zero: int = 0
     steps: int = 6
     path: str = "deepspeed"  # or "accelerate", "trainer", "schedule" (no engine)
-    patch: str = "none"  # none | before | after | env  (import accelerate_warmup_patch when)
+    # when to import accelerate_warmup_patch: none | before (anything) | after (deepspeed; for accelerate:
+    # after prepare) | late (road "client": after the scheduler is built, before deepspeed.initialize)
+    patch: str = "none"
     mode: str | None = None  # apply(mode=...) for patch in (before, after)
     torch_scheduler: bool = False  # a client torch scheduler instead of DeepSpeed's
     save_to: str | None = None  # save a DeepSpeed checkpoint here after training
     resume_from: str | None = None  # load this checkpoint before training
     load_optimizer_states: bool = True
+    load_lr_scheduler_states: bool = True
     bf16: bool = False
     offload: bool = False  # ZeRO optimizer offload to CPU
+    # how the deepspeed path builds its engine and scheduler: "config" (both from the config),
+    # "client" (a torch optimizer and a WarmupLR object that user code builds, passed in),
+    # "early-bound" (`from deepspeed import initialize` before the patch), "pipeline" (a PipelineEngine)
+    road: str = "config"
 
     @property
     def key(self) -> str:
         groups = "+".join(f"{lr:g}" for lr in self.groups)
         extra = (":bf16" if self.bf16 else "") + (":offload" if self.offload else "")
         extra += ":torch-scheduler" if self.torch_scheduler else ""
+        extra += f":{self.road}" if self.road != "config" else ""
         return f"{self.path}:{self.scheduler}:g{groups}:ga{self.grad_accum}:z{self.zero}{extra}"
+
+    @property
+    def newest_key(self) -> str:
+        """The golden run with the same schedule: the road an engine was built by changes no lr."""
+        path = "deepspeed" if self.path == "schedule" else self.path
+        return replace(self, road="config", path=path).key
 
 
 def ds_config(spec: Spec) -> dict[str, Any]:
@@ -114,6 +128,7 @@ def run_deepspeed(spec: Spec) -> list[list[float | None]]:
     import torch
 
     model, params = _model_and_params(spec)
+    config = ds_config(spec)
     kwargs: dict[str, Any] = {}
     if spec.torch_scheduler:
         kwargs["lr_scheduler"] = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda k: (k + 1) / 4)
@@ -121,8 +136,46 @@ def run_deepspeed(spec: Spec) -> list[list[float | None]]:
         kwargs["after"] = lambda engine: engine.save_checkpoint(spec.save_to, tag="ckpt")
     if spec.resume_from:
         kwargs["before"] = lambda engine: engine.load_checkpoint(
-            spec.resume_from, tag="ckpt", load_optimizer_states=spec.load_optimizer_states)
-    return demo.train_deepspeed(ds_config(spec), model, params, spec.steps, **kwargs)
+            spec.resume_from, tag="ckpt", load_optimizer_states=spec.load_optimizer_states,
+            load_lr_scheduler_states=spec.load_lr_scheduler_states)
+    if spec.road == "client":
+        from deepspeed.runtime import lr_schedules
+
+        optimizer = torch.optim.AdamW(params, lr=spec.groups[0])
+        scheduler = config.pop("scheduler")
+        config.pop("optimizer")
+        kwargs["optimizer"] = optimizer
+        kwargs["lr_scheduler"] = getattr(lr_schedules, scheduler["type"])(optimizer, **scheduler["params"])
+        params = None
+        if spec.patch == "late":  # the scheduler was built before the patch was applied
+            _import_patch(spec)
+    if spec.road == "pipeline":
+        return _train_pipeline(spec, config, model, params)
+    if spec.road == "early-bound":
+        kwargs["initialize"] = _EARLY_BOUND[0]
+    return demo.train_deepspeed(config, model, params, spec.steps, **kwargs)
+
+
+_EARLY_BOUND: list[Any] = []  # `from deepspeed import initialize`, taken before the patch was applied
+
+
+def _train_pipeline(spec: Spec, config: dict[str, Any], model: Any, params: Any) -> list[list[float | None]]:
+    """The same layers as a one-stage PipelineModule, so that deepspeed.initialize builds a PipelineEngine,
+    trained with train_batch (a PipelineEngine refuses forward/backward/step)."""
+    import deepspeed
+    import torch
+    from deepspeed.pipe import PipelineModule
+
+    demo.set_up_single_process()
+    deepspeed.init_distributed(dist_backend="gloo")
+    module = PipelineModule(layers=list(model), num_stages=1, loss_fn=lambda out, _: out.pow(2).mean())
+    engine, _, _, _ = deepspeed.initialize(model=module, model_parameters=params, config=config)
+    recorder = demo.Recorder(demo.torch_optimizer(engine))
+    batches = iter([(torch.randn(2, 4), torch.zeros(2, 4)) for _ in range(spec.steps * spec.grad_accum)])
+    for _ in range(spec.steps):
+        engine.train_batch(data_iter=batches)
+        recorder.flush()
+    return recorder.rows
 
 
 def run_accelerate(spec: Spec) -> list[list[float | None]]:
@@ -213,20 +266,16 @@ def run_trainer(spec: Spec) -> list[list[float | None]]:
 def run_schedule(spec: Spec) -> list[list[float | None]]:
     """No engine: the release's own scheduler class driven in the engine's order.
 
-    For releases whose engine cannot run on CPU here: optimizer step, then scheduler step, with the
-    patch's own routine called where ``deepspeed.initialize`` would call it.
+    For releases whose engine cannot run on CPU here, and for a scheduler that user code builds and
+    steps itself: optimizer step, then scheduler step.
     """
-    import types
-
     import torch
     from deepspeed.runtime import lr_schedules
 
     model, params = _model_and_params(spec)
     optimizer = torch.optim.AdamW(params, lr=spec.groups[0])
     config = SCHEDULERS[spec.scheduler]
-    scheduler = getattr(lr_schedules, config["type"])(optimizer, **config["params"])
-    if _patch_loaded():
-        sys.modules["accelerate_warmup_patch.patch"].prepare_first_step(types.SimpleNamespace(lr_scheduler=scheduler))
+    scheduler = getattr(lr_schedules, config["type"])(optimizer, **config["params"])  # the fix is in here
     rows: list[list[float | None]] = []
     for _ in range(spec.steps):
         model(torch.randn(2, 4)).pow(2).mean().backward()
@@ -256,8 +305,9 @@ def run(spec: Spec) -> list[list[float | None]]:
     if spec.path == "schedule":
         return run_schedule(spec)
     if spec.patch == "after":
-        import deepspeed  # noqa: F401  (imported first, patched second)
+        import deepspeed  # (imported first, patched second)
 
+        _EARLY_BOUND[:] = [deepspeed.initialize]
         _import_patch(spec)
     return run_deepspeed(spec)
 

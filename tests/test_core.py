@@ -57,8 +57,9 @@ def test_bug_is_reproduced_unpatched_and_fixed_patched_on_a_buggy_release(unpatc
     assert patched.lrs[key][0] == [0.0]
 
 
-def test_a_normal_patched_run_warns_nothing(patched):
-    assert [x for x in patched.patch_lines() if "WARNING" in x] == []
+def test_a_normal_patched_run_warns_of_nothing_but_a_changed_peak_lr(patched):
+    # a change of a peak lr is a hyperparameter change: announced at WARNING (tests/test_roads.py)
+    assert [x for x in patched.patch_lines() if "WARNING" in x and "peak lr" not in x] == []
 
 
 def test_one_info_line_names_scheduler_groups_and_change(patched):
@@ -124,7 +125,7 @@ def test_an_injected_failure_leaves_training_running_unpatched(unpatched):
     assert ran.lrs == {s.key: unpatched.lrs[s.key] for s in specs}
     warnings = [x for x in ran.patch_lines() if "WARNING" in x and "injected fault" in x]
     assert len(warnings) == 1, ran.stderr[-3000:]
-    assert "continues exactly as unpatched" in warnings[0]
+    assert "that scheduler runs exactly as unpatched (this warning is not repeated)" in warnings[0]
 
 
 def test_strict_mode_raises_on_an_injected_failure():
@@ -138,7 +139,7 @@ BROKEN_HAND_OVER = """
 import os, sys, types
 # fault injection: no real run makes the rest of the package fail to load
 broken = types.ModuleType("accelerate_warmup_patch.api")
-def take_over(pending):
+def take_over():
     raise RuntimeError("injected fault")
 broken.take_over = take_over
 sys.modules["accelerate_warmup_patch.api"] = broken
@@ -157,7 +158,9 @@ def test_a_failure_while_arming_at_the_first_deepspeed_import_never_breaks_that_
         assert proc.returncode != 0 and "imported" not in proc.stdout
     else:
         assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] == "imported", proc.stderr[-3000:]
-        assert "arming the patch at the import of deepspeed failed; it is left unpatched" in proc.stderr
+        # deepspeed imports accelerate on the way: whichever finishes first arms the patch
+        assert "failed (RuntimeError('injected fault')); this process runs unpatched" in proc.stderr
+        assert "arming the patch at the import of" in proc.stderr
 
 
 REMOVE = """
@@ -170,7 +173,12 @@ import accelerate_warmup_patch as awp
 awp.apply(); awp.apply(mode="step"); awp.apply()
 wrapped = deepspeed.initialize
 assert wrapped is not originals[0] and wrapped.__wrapped__ is originals[0], "one wrap, exactly"
-assert len(awp.status()["patched"]) == 4, awp.status()
+from accelerate_warmup_patch import releases
+constructors = [f"deepspeed.runtime.lr_schedules.{c}.__init__"
+                for c in releases.constructors_to_fix(deepspeed.__version__)]
+assert sorted(awp.status()["patched"]) == sorted(constructors + ["deepspeed.initialize",
+    "deepspeed.runtime.engine.DeepSpeedEngine.load_checkpoint",
+    "accelerate.utils.deepspeed.DeepSpeedEngineWrapper.backward"]), awp.status()
 awp.remove()
 assert deepspeed.initialize is originals[0]
 assert acc.DeepSpeedEngineWrapper.__dict__['backward'] is originals[1]
@@ -229,10 +237,9 @@ def test_a_bad_environment_value_raises_in_strict_mode():
     assert "using 'reset'" not in proc.stderr, "strict mode raises: it uses nothing"
 
 
-STEP_ASIDE = """
-import gc, weakref, torch
+UNTOUCHED = """
+import torch
 import accelerate_warmup_patch as awp, harness
-import accelerate.utils.deepspeed as acc
 from accelerate import Accelerator
 from accelerate.utils import DeepSpeedPlugin, DummyOptim, DummyScheduler
 harness.demo.set_up_single_process()
@@ -241,41 +248,17 @@ model = torch.nn.Linear(4, 4)
 optimizer = DummyOptim(list(model.parameters()), lr=1e-3)
 model, optimizer, scheduler = accelerator.prepare(model, optimizer, DummyScheduler(optimizer))
 wrapper = accelerator.deepspeed_engine_wrapped
-loss = lambda: model(torch.randn(2, 4)).pow(2).mean()
-def step():
-    accelerator.backward(loss()); optimizer.step(); scheduler.step(); optimizer.zero_grad()
-assert "backward" not in vars(wrapper)
-step()
-direct = vars(wrapper)["backward"]
-assert wrapper.backward is direct and direct.__name__ == "backward", "no direct call after the first step"
-step(); step()
-awp.remove()
-assert "backward" not in vars(wrapper), "remove() left the direct call in place"
-step()
-awp.apply()
-
-class Custom(acc.DeepSpeedEngineWrapper):
-    calls = 0
-    def backward(self, loss, **kwargs):
-        Custom.calls += 1
-        return super().backward(loss, **kwargs)
-
-custom = Custom(wrapper.engine)
-custom.backward(loss()); custom.backward(loss())
-assert Custom.calls == 2 and "backward" not in vars(custom), "a subclass's own backward was bypassed"
-
-gc.disable()
-other = acc.DeepSpeedEngineWrapper(wrapper.engine)
-other.backward(loss())
-assert "backward" in vars(other)
-alive = weakref.ref(other)
-del other
-assert alive() is None, "the direct call keeps its engine wrapper alive until a garbage collection"
+attributes = dict(vars(wrapper))
+for _ in range(3):
+    accelerator.backward(model(torch.randn(2, 4)).pow(2).mean())
+    optimizer.step(); scheduler.step(); optimizer.zero_grad()
+assert vars(wrapper) == attributes, set(vars(wrapper)) ^ set(attributes)
+assert type(type(wrapper).__dict__["backward"]).__name__ == "FunctionWrapper"
 print("OK")
 harness._tear_down()
 """
 
 
-def test_after_its_first_call_an_engine_wrapper_calls_the_original_backward_directly():
-    proc = run_python(STEP_ASIDE)
+def test_the_patch_never_writes_into_accelerates_engine_wrapper():
+    proc = run_python(UNTOUCHED)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]

@@ -66,4 +66,4 @@ def test_accelerate_launch_in_step_mode_uses_lr_k_at_step_k(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert ranks["rank0"] == ranks["rank1"] == [[0.0], [0.0002], [0.0004], [0.0006]]
     info = [x for x in (proc.stdout + proc.stderr).splitlines() if "[accelerate_warmup_patch] INFO" in x]
-    assert len(info) == 1 and "mode=step" in info[0]
+    assert len([x for x in info if "mode=step" in x]) == 1, info  # rank 0 only

@@ -228,9 +228,6 @@ def test_a_deepspeed_env_line_wins_over_the_launching_shell(nodes, tmp_path):
     assert [s["ACCELERATE_WARMUP_PATCH"] for s in seen.values()] == ["off", "off"]
 
 
-@pytest.mark.xfail(strict=True, reason="for off the package arms nothing, so the launcher hook never runs in the "
-                   "launching process: api.arm_from_environment must register launcher.patch_runners for off too "
-                   "(until then: ACCELERATE_WARMUP_PATCH=off in .deepspeed_env, test above)")
 def test_off_in_the_launching_shell_is_carried_to_every_node(hostfile):
     # the activation path of the `deepspeed` command itself: the .pth, then the post-import hooks
     cmds, _ = _cmds(hostfile, {"ACCELERATE_WARMUP_PATCH": "off"})

@@ -52,3 +52,15 @@ def test_trainer_resume_from_checkpoint_continues_the_newest_trajectory(tmp_path
     newest = GOLDEN["runs"][TRAINER.key][:-1]
     assert full.lrs[TRAINER.key][:-1] == newest
     assert resumed.lrs[TRAINER.key][:-1] == newest[3:]
+
+
+def test_resume_with_optimizer_states_but_a_fresh_scheduler_keeps_the_restored_lr(tmp_path):
+    # load_lr_scheduler_states=False: the optimizer's lr comes from the checkpoint, as on the newest
+    # release; the patch must not overwrite it with the fresh scheduler's start
+    run_specs(replace(FULL, steps=SPLIT, save_to=str(tmp_path)))
+    spec = replace(FULL, steps=FULL.steps - SPLIT, resume_from=str(tmp_path), load_lr_scheduler_states=False)
+    plain = run_specs(spec)
+    patched = run_specs(replace(spec, patch="before"))
+    key = replace(FULL, steps=FULL.steps - SPLIT).key
+    assert patched.lrs[key] == plain.lrs[key]
+    assert patched.lrs[key][0] == GOLDEN["runs"][FULL.key][SPLIT]  # the lr the checkpoint's optimizer held

@@ -1,0 +1,196 @@
+"""The import hook and the failure policy, in real interpreters.
+
+One finder, on sys.meta_path only while a hook is pending; a probe is not an import; remove() from
+any entry point disarms; reloads leave no second finder and no stale status(); no lock is held
+across an import (a forced interleaving of two threads); every failure warns once and truthfully,
+or raises in strict mode, out of the user's import.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_python
+
+from accelerate_warmup_patch import api
+
+ARMED = {"ACCELERATE_WARMUP_PATCH": "reset"}
+FINDERS = "[f for f in sys.meta_path if type(f).__module__.startswith('accelerate_warmup_patch')]"
+
+
+def _last_json(proc) -> object:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_find_spec_probe_is_not_an_import():
+    proc = run_python(
+        "import importlib.util, json, sys\n"
+        "assert importlib.util.find_spec('deepspeed') is not None\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith(('accelerate_warmup_patch.', 'wrapt')))\n"
+        "import deepspeed\n"
+        "print(json.dumps([loaded, hasattr(deepspeed.initialize, '__wrapped__')]))", env=ARMED)
+    assert _last_json(proc) == [["accelerate_warmup_patch.bootstrap"], True]
+
+
+def test_the_finder_leaves_sys_meta_path_once_nothing_is_pending():
+    imports = "; ".join(f"import {name}" for name in api._TARGETS)
+    proc = run_python(
+        "import json, sys\n"
+        f"before = len({FINDERS})\n"
+        "import deepspeed\n"
+        f"during = len({FINDERS})\n"
+        f"{imports}\n"
+        "import accelerate_warmup_patch as awp\n"
+        f"print(json.dumps([before, during, len({FINDERS}), awp.status()['waiting_for']]))", env=ARMED)
+    before, during, after, waiting = _last_json(proc)
+    assert (before, during, after, waiting) == (1, 1, 0, [])
+
+
+def test_remove_from_the_api_module_disarms_fully():
+    proc = run_python(
+        "import json, sys\n"
+        "from accelerate_warmup_patch.api import remove\n"
+        "remove()\n"
+        f"finders = len({FINDERS})\n"
+        "import deepspeed\n"
+        "import accelerate_warmup_patch as awp\n"
+        "print(json.dumps([finders, hasattr(deepspeed.initialize, '__wrapped__'), awp.status()['mode']]))", env=ARMED)
+    assert _last_json(proc) == [0, False, "off"]
+
+
+def test_reloading_the_package_leaves_one_finder():
+    proc = run_python(
+        "import importlib, json, sys\n"
+        "import accelerate_warmup_patch as awp\n"
+        "importlib.reload(awp); importlib.reload(awp)\n"
+        f"finders = len({FINDERS})\n"
+        "import deepspeed\n"
+        "print(json.dumps([finders, awp.status()['patched'].count('deepspeed.initialize')]))", env=ARMED)
+    assert _last_json(proc) == [1, 1]
+
+
+def test_reloading_deepspeed_leaves_no_stale_status():
+    proc = run_python(
+        "import importlib, json, deepspeed\n"
+        "import accelerate_warmup_patch as awp\n"
+        "awp.apply()\n"
+        "listed = 'deepspeed.initialize' in awp.status()['patched']\n"
+        "importlib.reload(deepspeed)\n"
+        "still = 'deepspeed.initialize' in awp.status()['patched']\n"
+        "wrapped = hasattr(deepspeed.initialize, '__wrapped__')\n"
+        "awp.apply()  # wraps what the reload put there\n"
+        "again = hasattr(deepspeed.initialize, '__wrapped__') and 'deepspeed.initialize' in awp.status()['patched']\n"
+        "print(json.dumps([listed, still, wrapped, again]))")
+    assert _last_json(proc) == [True, False, False, True]
+
+
+# Thread A imports deepspeed; it is held inside the finder's find_spec (which CPython calls holding
+# the global import lock) until thread B, using the API for the first time, has begun importing
+# api.py. A design that takes a lock of its own in find_spec, while B holds it across that import,
+# deadlocks here; the joins' timeout turns that into a failure instead of a hang.
+THREADS = r"""
+import json, os, sys, threading
+import accelerate_warmup_patch as awp
+a_in_find_spec, b_importing_api = threading.Event(), threading.Event()
+
+def trace_a(frame, event, arg):
+    if (event == "call" and frame.f_code.co_name == "find_spec" and frame.f_locals.get("fullname") == "deepspeed"
+            and frame.f_globals.get("__name__", "").startswith("accelerate_warmup_patch")):
+        a_in_find_spec.set()
+        b_importing_api.wait(60)
+
+def trace_b(frame, event, arg):
+    if event == "call" and frame.f_code.co_name == "_find_and_load" and \
+            frame.f_locals.get("name") == "accelerate_warmup_patch.api":
+        b_importing_api.set()
+
+def a():
+    sys.settrace(trace_a)
+    import deepspeed
+
+def b():
+    a_in_find_spec.wait(60)
+    sys.settrace(trace_b)
+    awp.status()
+
+threads = [threading.Thread(target=a, daemon=True), threading.Thread(target=b, daemon=True)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join(300)
+if any(thread.is_alive() for thread in threads):
+    print(json.dumps("deadlock"), flush=True)
+    os._exit(0)
+import deepspeed
+print(json.dumps([a_in_find_spec.is_set(), b_importing_api.is_set(), hasattr(deepspeed.initialize, "__wrapped__"),
+                  awp.status()["patched"].count("deepspeed.initialize")]))
+"""
+
+
+def test_a_first_api_use_during_another_threads_framework_import_does_not_deadlock():
+    assert _last_json(run_python(THREADS, env=ARMED)) == [True, True, True, 1]
+
+
+@pytest.fixture
+def unknown_deepspeed(tmp_path):
+    """Fault injection: a deepspeed whose shape the patch does not know (no real release is one)."""
+    package = tmp_path / "deepspeed"
+    package.mkdir()
+    (package / "__init__.py").write_text('__version__ = "0.15.2"\n')
+    return {"PYTHONPATH": str(tmp_path), **ARMED}
+
+
+def test_a_failing_hook_warns_once_and_truthfully_and_the_import_goes_on(unknown_deepspeed):
+    proc = run_python("import deepspeed\nprint('imported')", env=unknown_deepspeed)
+    assert proc.returncode == 0 and proc.stdout.strip() == "imported", proc.stderr[-3000:]
+    warnings = [x for x in proc.stderr.splitlines() if "WARNING" in x]
+    assert len(warnings) == 1, proc.stderr
+    assert "patching deepspeed failed" in warnings[0] and "deepspeed is left unpatched" in warnings[0]
+
+
+def test_strict_mode_raises_out_of_the_import_when_a_hook_fails(unknown_deepspeed):
+    proc = run_python("import deepspeed\nprint('imported')",
+                      env={**unknown_deepspeed, "ACCELERATE_WARMUP_PATCH_STRICT": "1"})
+    assert proc.returncode != 0 and "imported" not in proc.stdout
+    assert "PatchError" in proc.stderr and "patching deepspeed failed" in proc.stderr
+
+
+def test_below_the_floor_nothing_is_wrapped():
+    # a fake version string: no DeepSpeed older than the floor installs beside torch 2.13
+    proc = run_python(
+        "import json, deepspeed\n"
+        "deepspeed.__version__ = '0.8.3'\n"
+        "from deepspeed.runtime import lr_schedules\n"
+        "import accelerate_warmup_patch as awp\n"
+        "awp.apply()\n"
+        "print(json.dumps([awp.status()['patched'], type(vars(lr_schedules.WarmupLR)['__init__']).__name__,"
+        " type(deepspeed.initialize).__name__]))")
+    assert _last_json(proc) == [[], "function", "function"]
+    assert "DeepSpeed 0.8.3 is older than 0.9.0" in proc.stderr and "nothing is patched" in proc.stderr
+
+
+def test_the_warning_names_the_real_cause_when_accelerate_lacks_backward():
+    proc = run_python(
+        "import accelerate.utils.deepspeed as acc\n"
+        "del acc.DeepSpeedEngineWrapper.backward  # fault injection: a shape no release has\n"
+        "import accelerate_warmup_patch as awp\n"
+        "awp.apply()\n"
+        "print(awp.status()['patched'])")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "has no DeepSpeedEngineWrapper.backward" in proc.stderr
+    assert "older than" not in proc.stderr
+
+
+@pytest.mark.parametrize("value, armed", [(None, True), ("off", False)])
+def test_a_real_sitecustomize_arms_the_patch_and_off_wins(tmp_path, value, armed):
+    (tmp_path / "sitecustomize.py").write_text("import accelerate_warmup_patch\n")
+    env = {"PYTHONPATH": str(tmp_path)}
+    if value:
+        env["ACCELERATE_WARMUP_PATCH"] = value
+    proc = run_python(
+        "import json, deepspeed\n"
+        "import accelerate_warmup_patch as awp\n"
+        "print(json.dumps([hasattr(deepspeed.initialize, '__wrapped__'), awp.status()['applied_by']]))", env=env)
+    assert _last_json(proc) == ([True, ["sitecustomize"]] if armed else [False, []])
