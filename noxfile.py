@@ -42,17 +42,20 @@ def _find_links() -> list[str]:
     return ["--find-links", folder] if folder and Path(folder).is_dir() else []
 
 
-def _install_stack(session: nox.Session, deepspeed: str, accelerate: str = releases.TEST_ACCELERATE) -> None:
+def _install_stack(session: nox.Session, deepspeed: str, accelerate: str = releases.TEST_ACCELERATE,
+                   this: str = "-e .") -> None:
+    """torch, DeepSpeed, accelerate, transformers; then this package (``this``: editable, or a built wheel)."""
     links = _find_links()
     # torch first and pinned: DeepSpeed imports it while building, and a floating torch is a CUDA build
     session.install(*links, f"torch=={releases.TEST_TORCH}", "numpy", "setuptools")
     session.install(*links, "--no-build-isolation-package", "deepspeed", f"torch=={releases.TEST_TORCH}",
                     f"deepspeed=={deepspeed}", *_accelerate_pins(accelerate))
-    session.install("-e", ".")
-    # the op DeepSpeed compiles on CPU, one cache per release so that releases never mix; a second
-    # venv of the same release still recompiles it (ninja's command lines hold the venv's path),
-    # which is why the accelerate tier runs every accelerate release in one venv
-    session.env["TORCH_EXTENSIONS_DIR"] = str(Path(".nox", "_torch_extensions", f"deepspeed-{deepspeed}").resolve())
+    session.install(*this.split())
+    # the op DeepSpeed compiles on CPU, one cache per release and venv so that releases never mix; a
+    # second venv of the same release recompiles it anyway (ninja's command lines hold the venv's
+    # path), which is why the accelerate tier runs every accelerate release in one venv
+    cache = f"deepspeed-{deepspeed}" if this == "-e ." else f"deepspeed-{deepspeed}-{session.name}"
+    session.env["TORCH_EXTENSIONS_DIR"] = str(Path(".nox", "_torch_extensions", cache).resolve())
 
 
 def _accelerate_pins(accelerate: str) -> list[str]:
@@ -169,7 +172,8 @@ def ci_matrix(session: nox.Session) -> None:
     """The representative subset CI runs on top of `tests`."""
     accelerate = f"matrix_accelerate(deepspeed='{releases.ACCELERATE_TIER_DEEPSPEED[0]}')"
     _notify_all(session, [f"matrix_engine(deepspeed='{v}')" for v in releases.CI_ENGINE] + [accelerate]
-                + [f"matrix_scheduler(deepspeed='{v}')" for v in releases.CI_SCHEDULER],
+                + [f"matrix_scheduler(deepspeed='{v}')" for v in releases.CI_SCHEDULER]
+                + [f"matrix_era({era})" for era in eras.CI_ERAS],
                 {accelerate: list(releases.CI_ACCELERATE)})
 
 
@@ -213,3 +217,21 @@ def demo(session: nox.Session) -> None:
     deepspeed = session.posargs[0] if session.posargs else releases.DEMO_DEEPSPEED
     _install_stack(session, deepspeed)
     session.run("python", "-m", "accelerate_warmup_patch", "demo")
+
+
+@nox.session(python="3.11")
+def package(session: nox.Session) -> None:
+    """Build the sdist and the wheel, check their metadata and contents, install the wheel (not the
+    checkout) into a fresh venv with DeepSpeed, and run the start-up activation tests against it."""
+    dist = Path(session.create_tmp(), "dist")
+    for old in dist.glob("*"):
+        old.unlink()
+    session.install("uv", "twine")
+    session.run("uv", "build", "--out-dir", str(dist), external=False)
+    session.run("twine", "check", "--strict", *map(str, dist.glob("*")))
+    session.run("python", "tests/check_dist.py", str(dist))
+    wheel = next(dist.glob("*.whl"))
+    _install_stack(session, releases.DEMO_DEEPSPEED, this=f"--reinstall-package accelerate-warmup-patch {wheel}")
+    session.install("pytest")
+    session.run("python", "tests/check_dist.py", "--installed")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_activation.py", env={"PYTHONUNBUFFERED": "1"})

@@ -16,10 +16,27 @@ def matrix_rows(results: dict[str, dict[str, object]]) -> list[str]:
     lines = ["", "Matrix runs (`matrix/results.json`): what each release did on this project's CI machine:", "",
              "| tier | DeepSpeed | accelerate | unpatched | patched | guard table | date | torch |",
              "|---|---|---|---|---|---|---|---|"]
-    for row in sorted(results.values(), key=lambda r: (str(r["tier"]), parse(str(r["deepspeed"])),
-                                                        parse(str(r["accelerate"] or "0")))):
+    for row in sorted((r for r in results.values() if r["tier"] != "era"),
+                      key=lambda r: (str(r["tier"]), parse(str(r["deepspeed"])), parse(str(r["accelerate"] or "0")))):
         lines.append(f"| {row['tier']} | {row['deepspeed']} | {row['accelerate'] or '-'} | {row['unpatched']} | "
                      f"{row['patched']} | {row['table']} | {row['date']} | {row['torch']} |")
+    return lines
+
+
+def era_rows(results: dict[str, dict[str, object]]) -> list[str]:
+    """The era tier (``nox -s matrix_era``): each DeepSpeed minor on the stack of its month."""
+    rows = sorted((r for r in results.values() if r["tier"] == "era"), key=lambda r: parse(str(r["deepspeed"])))
+    if not rows:
+        return []
+    lines = ["", "Era stacks (`tests/eras.py`, `matrix/results.json`): each DeepSpeed minor on the Python, torch, "
+             "wrapt, accelerate and transformers current when it was released:", "",
+             "| DeepSpeed | month | Python | torch | wrapt | accelerate | transformers | ran | unpatched | patched "
+             "| start-up activation | package | date |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        cells = [str(row["deepspeed"]), str(row["era"])[:7]]
+        cells += [str(row[k]) for k in ("python", "torch", "wrapt", "accelerate", "transformers", "ran", "unpatched",
+                                        "patched", "activation", "package", "date")]
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
@@ -43,6 +60,7 @@ def markdown(results: dict[str, dict[str, object]] | None = None) -> str:
               f"{releases.NEWEST_DEEPSPEED} / {releases.NEWEST_ACCELERATE}: patched, acting only where a "
               "scheduler is seen starting at the wrong lr, with one \"untested\" warning."]
     lines += matrix_rows(results or {})
+    lines += era_rows(results or {})
     lines += ["", END]
     return "\n".join(lines)
 

@@ -11,10 +11,11 @@ it does on older releases, and why (each measured: see README, "Era stacks"):
    CUDA, which has no device here), and ``DS_ACCELERATOR=cpu`` insists on it too; IPEX 2.1.x is yanked.
 3. Its comm backend is gloo (``_communication_backend_name``): with its default, ccl, DeepSpeed
    JIT-builds its CCL comm op, which needs oneCCL (CCL_ROOT).
-4. One rank does not all-reduce its gradients (``engine.enable_backward_allreduce = False``, set
-   right after ``DeepSpeedEngine.__init__``): their all-reduce accepts ``torch.cpu.FloatTensor``, a
-   type name no CPU tensor has ("attempting to reduce an unsupported grad type: torch.FloatTensor");
-   with one rank the reduction is the identity. Engines of more ranks are left as they are.
+4. 0.9-0.12 only: one rank does not all-reduce its gradients (``engine.enable_backward_allreduce =
+   False``, set right after ``DeepSpeedEngine.__init__``): their all-reduce accepts the type name
+   ``torch.cpu.FloatTensor``, which no CPU tensor has ("attempting to reduce an unsupported grad
+   type: torch.FloatTensor"; 0.13.0 checks dtypes instead); with one rank the reduction is the
+   identity. Engines of more ranks are left as they are.
 
 None of it touches the scheduler, the optimizer or ``deepspeed.initialize``, which the patch wraps.
 """
@@ -29,14 +30,15 @@ from typing import Any
 
 STUBS = Path(__file__).parent / "era_stubs"
 NEEDED_BELOW = (0, 14)  # 0.14.0 made the CPU accelerator fall back to gloo without oneCCL's bindings
+ALLREDUCE_NEEDED_BELOW = (0, 13)  # 0.13.0's split_half_float_double_sparse checks dtypes, not type names
 _done = False
 
 
-def needed() -> bool:
+def needed(below: tuple[int, int] = NEEDED_BELOW) -> bool:
     from accelerate_warmup_patch.releases import parse
 
     try:
-        return parse(metadata.version("deepspeed"))[:2] < NEEDED_BELOW
+        return parse(metadata.version("deepspeed"))[:2] < below
     except metadata.PackageNotFoundError:
         return False
 
@@ -57,7 +59,8 @@ def prepare() -> None:
     accelerator = CPU_Accelerator()
     accelerator._communication_backend_name = "gloo"
     set_accelerator(accelerator)
-
+    if not needed(ALLREDUCE_NEEDED_BELOW):
+        return
     from deepspeed.runtime.engine import DeepSpeedEngine
 
     original = DeepSpeedEngine.__init__
