@@ -224,11 +224,11 @@ def package(session: nox.Session) -> None:
     """Build the sdist and the wheel, check their metadata and contents, install the wheel (not the
     checkout) into a fresh venv with DeepSpeed, and run the start-up activation tests against it."""
     dist = Path(session.create_tmp(), "dist")
-    for old in dist.glob("*"):
+    for old in [*dist.glob("*.whl"), *dist.glob("*.tar.gz")]:
         old.unlink()
     session.install("uv", "twine")
     session.run("uv", "build", "--out-dir", str(dist), external=False)
-    session.run("twine", "check", "--strict", *map(str, dist.glob("*")))
+    session.run("twine", "check", "--strict", *map(str, [*dist.glob("*.whl"), *dist.glob("*.tar.gz")]))
     session.run("python", "tests/check_dist.py", str(dist))
     wheel = next(dist.glob("*.whl"))
     _install_stack(session, releases.DEMO_DEEPSPEED, this=f"--reinstall-package accelerate-warmup-patch {wheel}")

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .settings import Mode, SettingsError
 
 __all__ = ["Mode", "PatchError", "SettingsError", "__version__", "apply", "remove", "status"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _API = {"Mode": "settings", "SettingsError": "settings", "PatchError": "failures", "apply": "api",
         "arm_from_environment": "api", "remove": "api", "status": "api"}

@@ -1,4 +1,4 @@
-"""The command line: ``python -m accelerate_warmup_patch {demo,status,table}``."""
+"""The command line: ``accelerate-warmup-patch {demo,doctor,status}`` (or ``python -m accelerate_warmup_patch``)."""
 
 from __future__ import annotations
 
@@ -6,43 +6,46 @@ import argparse
 import json
 import sys
 
+DESCRIPTION = ("Start DeepSpeed's warmup schedulers at the warmup lr on every release. "
+               "Activate with ACCELERATE_WARMUP_PATCH=reset or `import accelerate_warmup_patch`.")
+EPILOG = """exit codes:
+  0  done; doctor: no problem found (or --strict not given)
+  1  doctor --strict: a problem was found; demo: the patched run did not start at the warmup lr
+  2  usage error; demo --plot without matplotlib"""
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="accelerate-warmup-patch", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="train a tiny model unpatched and patched; compare step lrs")
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="accelerate-warmup-patch", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{demo,doctor,status}")
+    demo = commands.add_parser("demo", help="train a tiny model on CPU unpatched and patched; print each step's lr")
     demo.add_argument("-v", "--verbose", action="store_true", help="show DeepSpeed's own output")
     demo.add_argument("--plot", metavar="PNG", help="also draw the lrs (needs the 'plot' extra: matplotlib)")
-    doctor = commands.add_parser("doctor", help="installed versions, verdicts, and whether the patch would run")
-    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor = commands.add_parser("doctor", help="installed versions, verdicts, and whether the patch would be active")
+    doctor.add_argument("--json", action="store_true", help="machine-readable output (schema: docs/doctor.md)")
     doctor.add_argument("--strict", action="store_true",
                         help="exit 1 if a release is untested/unsupported or the patch would not be active")
-    commands.add_parser("status", help="print status() as JSON, after importing deepspeed/accelerate")
-    table = commands.add_parser("table", help="print the README's support table from the guard table")
-    table.add_argument("--check", metavar="README", help="exit 1 if README's table is stale")
-    table.add_argument("--write", metavar="README", help="regenerate README's table in place")
-    table.add_argument("--results", metavar="JSON", help="matrix results to include (matrix/results.json)")
-    commands.add_parser("_demo-child", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    commands.add_parser("status", help="import deepspeed and accelerate, then print status() as JSON")
+    table = commands.add_parser("table")  # tooling for this repository's README; not listed in --help
+    table.add_argument("--check", metavar="README")
+    table.add_argument("--write", metavar="README")
+    table.add_argument("--results", metavar="JSON")
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.command == "demo":
         from . import demo as demo_module
 
         return demo_module.main(verbose=args.verbose, plot_path=args.plot)
-    if args.command == "_demo-child":
-        from . import demo as demo_module
-
-        demo_module.run_one()
-        return 0
     if args.command == "doctor":
         from . import doctor as doctor_module
 
         return doctor_module.main(as_json=args.json, strict=args.strict)
     if args.command == "status":
         return _status()
-    if args.command == "table":
-        return _table(args.check, args.write, args.results)
-    return 2
+    return _table(args.check, args.write, args.results)
 
 
 def _table(check: str | None, write: str | None, results_path: str | None) -> int:

@@ -102,7 +102,7 @@ def status() -> "dict[str, Any]":
 
     patch = sys.modules.get("accelerate_warmup_patch.patch")
     patched = patch.in_place() if patch else []
-    deepspeed_version = _version_of("deepspeed")
+    deepspeed_version = releases.installed("deepspeed")
     return {
         "mode": _mode or Mode.OFF,
         "applied_by": list(dict.fromkeys(_applied_by)),
@@ -110,22 +110,10 @@ def status() -> "dict[str, Any]":
         "waiting_for": bootstrap.pending(list(_HOOKS.values())),
         "fixes_applied": patch.state.fixes if patch else 0,
         "strict": settings.strict(),
-        "versions": {"deepspeed": deepspeed_version, "accelerate": _version_of("accelerate")},
+        "versions": {"deepspeed": deepspeed_version, "accelerate": releases.installed("accelerate")},
         "verdicts": {name: releases.verdict(name, deepspeed_version) for name in releases.scheduler_classes()}
         if deepspeed_version else {},
     }
-
-
-def _version_of(distribution: str) -> "str | None":
-    module = sys.modules.get(distribution)
-    if module is not None and hasattr(module, "__version__"):
-        return str(module.__version__)
-    from importlib import metadata
-
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def arm_from_environment(via: str = "environment") -> None:

@@ -134,7 +134,7 @@ def tear_down() -> None:
 
 def _child(mode: str, verbose: bool) -> dict[str, Any]:
     env = {**os.environ, "ACCELERATE_WARMUP_PATCH": mode}
-    command = [sys.executable, "-m", "accelerate_warmup_patch", "_demo-child"]
+    command = [sys.executable, "-m", "accelerate_warmup_patch.demo"]  # run_one(), in a fresh interpreter
     proc = subprocess.run(command, env=env, capture_output=True, text=True)
     if verbose or proc.returncode != 0:
         sys.stderr.write(proc.stderr)
@@ -206,3 +206,7 @@ def main(verbose: bool = False, plot_path: str | None = None) -> int:
         print("\nVerdict: unexpected: step 0 did not start at warmup_min_lr with the patch.")
         return 1
     return 0
+
+
+if __name__ == "__main__":
+    run_one()

@@ -11,20 +11,13 @@ import json
 import os
 import site
 import sys
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from . import releases, settings
 
 PTH = "accelerate_warmup_patch.pth"
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
+SCHEMA = 1  # doctor --json's layout (docs/doctor.md); a change that removes or renames a key bumps it
 
 
 def _site_dirs() -> list[str]:
@@ -91,7 +84,7 @@ def multinode(deepspeed: str | None, active: dict[str, Any]) -> dict[str, Any]:
 
 
 def report() -> dict[str, Any]:
-    versions = {name: _version(name) for name in ("torch", "deepspeed", "accelerate", "transformers")}
+    versions = {name: releases.installed(name) for name in ("torch", "deepspeed", "accelerate", "transformers")}
     deepspeed, accelerate = versions["deepspeed"], versions["accelerate"]
     problems = []
     if deepspeed is None:
@@ -108,9 +101,9 @@ def report() -> dict[str, Any]:
     if not active["active_at_start_up"]:
         problems.append(f"the patch would not be active at start-up (set {settings.ENV_MODE}=reset)")
     verdicts = {name: releases.verdict(name, deepspeed) for name in releases.scheduler_classes()} if deepspeed else {}
-    return {"versions": versions, "verdicts": verdicts, "activation": active,
+    return {"schema": SCHEMA, "versions": versions, "verdicts": verdicts, "activation": active,
             "multinode": multinode(deepspeed, active), "problems": problems,
-            "package": _version("accelerate-warmup-patch"), "python": sys.version.split()[0]}
+            "package": releases.installed("accelerate-warmup-patch"), "python": sys.version.split()[0]}
 
 
 def main(as_json: bool, strict: bool) -> int:

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 from collections.abc import Callable
-from importlib import metadata
 from types import ModuleType
 from typing import Any
 
@@ -86,10 +84,4 @@ def carry(runner: Any) -> dict[str, str]:
 
 
 def _deepspeed_version() -> str:
-    version = getattr(sys.modules.get("deepspeed"), "__version__", None)
-    if version:
-        return str(version)
-    try:
-        return metadata.version("deepspeed")
-    except metadata.PackageNotFoundError:
-        return "0"
+    return releases.installed("deepspeed") or "0"

@@ -378,14 +378,7 @@ def align_after_load(engine: Any) -> None:
 
 def _deepspeed_version() -> str:
     """The running DeepSpeed's release: as its hook saw it, else as installed."""
-    if state.deepspeed_version is None:
-        from importlib import metadata
-
-        try:
-            return metadata.version("deepspeed")
-        except metadata.PackageNotFoundError:
-            return "0"
-    return state.deepspeed_version
+    return state.deepspeed_version or releases.installed("deepspeed") or "0"
 
 
 def _why(name: str, version: str) -> str:

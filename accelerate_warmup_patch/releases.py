@@ -67,6 +67,22 @@ class BackwardFact:
     source: str
 
 
+def installed(distribution: str) -> str | None:
+    """The release of ``distribution`` in this process: the imported module's ``__version__`` when it
+    is imported (what runs), else the installed metadata's (nothing is imported); None if absent."""
+    import sys
+
+    version = getattr(sys.modules.get(distribution.replace("-", "_")), "__version__", None)
+    if version:
+        return str(version)
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def parse(version: str) -> tuple[int, ...]:
     """``"0.15.3+abc"`` -> ``(0, 15, 3)``; pre-release and local parts are ignored."""
     match = re.match(r"\s*v?(\d+(?:\.\d+)*)", version)
@@ -288,6 +304,8 @@ def verdict(scheduler: str, deepspeed_version: str) -> str:
     if level is Support.UNTESTED:
         return "untested"
     if fact.start is Start.SETS_EVERY_GROUP:
+        if all(f.start is Start.SETS_EVERY_GROUP for f in SCHEDULER_STARTS if f.scheduler == scheduler):
+            return "not affected"  # never had the bug, on any release
         default = warmup_max_lr_default(deepspeed_version)
         if scheduler == "WarmupLR" and default is not MaxLrDefault.EACH_GROUP:
             return f"fixed upstream (default warmup_max_lr: {default.value})"

@@ -73,3 +73,33 @@ def test_console_script_is_installed():
     script = Path(sys.executable).parent / "accelerate-warmup-patch"
     proc = subprocess.run([str(script), "table"], capture_output=True, text=True)
     assert proc.returncode == 0 and "WarmupCosineLR" in proc.stdout
+
+
+def test_help_lists_only_the_public_commands_and_the_exit_codes():
+    proc = _cli("--help")
+    assert proc.returncode == 0
+    assert "{demo,doctor,status}" in proc.stdout and "exit codes:" in proc.stdout
+    assert "_demo" not in proc.stdout and "SUPPRESS" not in proc.stdout and "table" not in proc.stdout
+    assert "``" not in proc.stdout  # no reST markup
+
+
+DOCTOR_SCHEMA = {
+    "": {"schema", "package", "python", "versions", "verdicts", "activation", "multinode", "problems"},
+    "activation": {"env", "mode", "pth", "sitecustomize", "active_at_start_up", "through", "by_import"},
+    "multinode": {"carries", "why", "runners"},
+}
+
+
+def test_doctor_json_has_the_documented_schema():
+    data = json.loads(_cli("doctor", "--json").stdout)
+    assert data["schema"] == 1
+    for key, wanted in DOCTOR_SCHEMA.items():
+        assert set(data[key] if key else data) == wanted, key
+    documented = (Path(__file__).parent.parent / "docs" / "doctor.md").read_text()
+    for keys in DOCTOR_SCHEMA.values():
+        assert all(f"| `{k}` |" in documented for k in keys)
+
+
+def test_doctor_says_not_affected_for_classes_that_never_had_the_bug():
+    data = json.loads(_cli("doctor", "--json").stdout)
+    assert data["verdicts"]["OneCycle"] == data["verdicts"]["LRRangeTest"] == "not affected"
