@@ -83,9 +83,14 @@ def _matrix_run(session: nox.Session, tier: str) -> None:
 @nox.session(python="3.11")
 @nox.parametrize("deepspeed", list(releases.ENGINE_TIER))
 def matrix_engine(session: nox.Session, deepspeed: str) -> None:
-    """Engine tier: real engines, raw and through accelerate, on one DeepSpeed release."""
+    """Engine tier: real engines, raw and through accelerate, on one DeepSpeed release. On the oldest,
+    also every road a scheduler is built by and each multi-node runner's real command line (the suite
+    runs them on TEST_DEEPSPEED)."""
     _install_stack(session, deepspeed)
     _matrix_run(session, "engine")
+    if deepspeed == releases.ENGINE_TIER[0]:
+        session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_roads.py", "tests/test_multinode.py",
+                    "-k", "not two_node and not deepspeed_env and not ssh_alone", env={"PYTHONUNBUFFERED": "1"})
 
 
 @nox.session(python="3.11")
