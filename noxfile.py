@@ -1,6 +1,6 @@
-"""Sessions for CI and developers; the releases they install come from the guard table.
+"""Sessions for CI and developers; the releases they install come from tests/tiers.py and tests/eras.py.
 
-    nox -s lint tests        what .ci/run runs
+    nox -s lint tests ci_matrix package    what .ci/run runs
     nox -s demo [-- 0.14.4]  the README's main job, on a buggy DeepSpeed release by default
     nox -s matrix_era        each DeepSpeed minor on the stack of its month (tests/eras.py)
 """
@@ -19,6 +19,7 @@ from accelerate_warmup_patch import releases
 
 sys.path.insert(0, str(Path(__file__).parent / "tests"))
 import eras  # the era stacks: test tooling, not part of the package
+import tiers  # the releases each session installs
 
 # This machine sets PYTHONDONTWRITEBYTECODE: then every fresh interpreter compiles torch, deepspeed
 # and transformers from source again (23 s for `import deepspeed` instead of 3 s), and the suite and
@@ -42,13 +43,13 @@ def _find_links() -> list[str]:
     return ["--find-links", folder] if folder and Path(folder).is_dir() else []
 
 
-def _install_stack(session: nox.Session, deepspeed: str, accelerate: str = releases.TEST_ACCELERATE,
+def _install_stack(session: nox.Session, deepspeed: str, accelerate: str = tiers.TEST_ACCELERATE,
                    this: str = "-e .") -> None:
     """torch, DeepSpeed, accelerate, transformers; then this package (``this``: editable, or a built wheel)."""
     links = _find_links()
     # torch first and pinned: DeepSpeed imports it while building, and a floating torch is a CUDA build
-    session.install(*links, f"torch=={releases.TEST_TORCH}", "numpy", "setuptools")
-    session.install(*links, "--no-build-isolation-package", "deepspeed", f"torch=={releases.TEST_TORCH}",
+    session.install(*links, f"torch=={tiers.TEST_TORCH}", "numpy", "setuptools")
+    session.install(*links, "--no-build-isolation-package", "deepspeed", f"torch=={tiers.TEST_TORCH}",
                     f"deepspeed=={deepspeed}", *_accelerate_pins(accelerate))
     session.install(*this.split())
     # the op DeepSpeed compiles on CPU, one cache per release and venv so that releases never mix; a
@@ -60,12 +61,12 @@ def _install_stack(session: nox.Session, deepspeed: str, accelerate: str = relea
 
 def _accelerate_pins(accelerate: str) -> list[str]:
     old = releases.parse(accelerate) < (1, 1)  # transformers 5 requires accelerate>=1.1
-    transformers = releases.TEST_TRANSFORMERS_OLD_ACCELERATE if old else releases.TEST_TRANSFORMERS
+    transformers = tiers.TEST_TRANSFORMERS_OLD_ACCELERATE if old else tiers.TEST_TRANSFORMERS
     return [f"accelerate=={accelerate}", f"transformers=={transformers}"]
 
 
 @nox.session(python="3.11")
-@nox.parametrize("deepspeed", list(releases.TEST_DEEPSPEED))
+@nox.parametrize("deepspeed", list(tiers.TEST_DEEPSPEED))
 def tests(session: nox.Session, deepspeed: str) -> None:
     """The suite on real CPU engines with one DeepSpeed release."""
     _install_stack(session, deepspeed)
@@ -81,28 +82,28 @@ def _matrix_run(session: nox.Session, tier: str) -> None:
 
 
 @nox.session(python="3.11")
-@nox.parametrize("deepspeed", list(releases.ENGINE_TIER))
+@nox.parametrize("deepspeed", list(tiers.ENGINE_TIER))
 def matrix_engine(session: nox.Session, deepspeed: str) -> None:
     """Engine tier: real engines, raw and through accelerate, on one DeepSpeed release. On the oldest,
     also every road a scheduler is built by and each multi-node runner's real command line (the suite
     runs them on TEST_DEEPSPEED)."""
     _install_stack(session, deepspeed)
     _matrix_run(session, "engine")
-    if deepspeed == releases.ENGINE_TIER[0]:
+    if deepspeed == tiers.ENGINE_TIER[0]:
         session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_roads.py", "tests/test_multinode.py",
                     "-k", "not two_node and not deepspeed_env and not ssh_alone", env={"PYTHONUNBUFFERED": "1"})
 
 
 @nox.session(python="3.11")
-@nox.parametrize("deepspeed", list(releases.ACCELERATE_TIER_DEEPSPEED))
+@nox.parametrize("deepspeed", list(tiers.ACCELERATE_TIER_DEEPSPEED))
 def matrix_accelerate(session: nox.Session, deepspeed: str) -> None:
     """accelerate tier: every accelerate release (or those named: `-- 0.29.3 1.15.0`) in turn, in one
     venv with one DeepSpeed release, so that DeepSpeed's CPU comm op is compiled once, not per release."""
-    wanted = [arg for arg in session.posargs if arg[:1].isdigit()] or list(releases.ACCELERATE_TIER)
+    wanted = [arg for arg in session.posargs if arg[:1].isdigit()] or list(tiers.ACCELERATE_TIER)
     _install_stack(session, deepspeed, wanted[0])
     failed = []
     for accelerate in wanted:
-        session.install(*_find_links(), f"torch=={releases.TEST_TORCH}", *_accelerate_pins(accelerate))
+        session.install(*_find_links(), f"torch=={tiers.TEST_TORCH}", *_accelerate_pins(accelerate))
         try:
             _matrix_run(session, "accelerate")
         except nox.command.CommandFailed:
@@ -112,12 +113,12 @@ def matrix_accelerate(session: nox.Session, deepspeed: str) -> None:
 
 
 @nox.session(python="3.11")
-@nox.parametrize("deepspeed", list(releases.SCHEDULER_TIER))
+@nox.parametrize("deepspeed", list(tiers.SCHEDULER_TIER))
 def matrix_scheduler(session: nox.Session, deepspeed: str) -> None:
     """Scheduler tier: the release's own scheduler classes, no engine, with a torch of its time."""
-    extras = releases.SCHEDULER_TIER_EXTRAS.get(deepspeed, ())  # DeepSpeed's setup.py imports them: first
-    session.install(f"torch=={releases.SCHEDULER_TIER_TORCH}", "numpy<2", "setuptools<81", *extras)
-    session.install("--no-build-isolation-package", "deepspeed", f"torch=={releases.SCHEDULER_TIER_TORCH}",
+    extras = tiers.SCHEDULER_TIER_EXTRAS.get(deepspeed, ())  # DeepSpeed's setup.py imports them: first
+    session.install(f"torch=={tiers.SCHEDULER_TIER_TORCH}", "numpy<2", "setuptools<81", *extras)
+    session.install("--no-build-isolation-package", "deepspeed", f"torch=={tiers.SCHEDULER_TIER_TORCH}",
                     "numpy<2", f"deepspeed=={deepspeed}", *extras)
     session.install("-e", ".")
     _matrix_run(session, "scheduler")
@@ -166,20 +167,20 @@ def _notify_all(session: nox.Session, names: list[str], posargs: dict[str, list[
 @nox.session(python=False)
 def matrix(session: nox.Session) -> None:
     """Every release of every tier (hours); `-- --write` records each row in matrix/results.json."""
-    _notify_all(session, [f"matrix_engine(deepspeed='{v}')" for v in releases.ENGINE_TIER]
-                + [f"matrix_accelerate(deepspeed='{d}')" for d in releases.ACCELERATE_TIER_DEEPSPEED]
-                + [f"matrix_scheduler(deepspeed='{v}')" for v in releases.SCHEDULER_TIER]
+    _notify_all(session, [f"matrix_engine(deepspeed='{v}')" for v in tiers.ENGINE_TIER]
+                + [f"matrix_accelerate(deepspeed='{d}')" for d in tiers.ACCELERATE_TIER_DEEPSPEED]
+                + [f"matrix_scheduler(deepspeed='{v}')" for v in tiers.SCHEDULER_TIER]
                 + [f"matrix_era({era.id})" for era in eras.ERAS])
 
 
 @nox.session(python=False)
 def ci_matrix(session: nox.Session) -> None:
     """The representative subset CI runs on top of `tests`."""
-    accelerate = f"matrix_accelerate(deepspeed='{releases.ACCELERATE_TIER_DEEPSPEED[0]}')"
-    _notify_all(session, [f"matrix_engine(deepspeed='{v}')" for v in releases.CI_ENGINE] + [accelerate]
-                + [f"matrix_scheduler(deepspeed='{v}')" for v in releases.CI_SCHEDULER]
+    accelerate = f"matrix_accelerate(deepspeed='{tiers.ACCELERATE_TIER_DEEPSPEED[0]}')"
+    _notify_all(session, [f"matrix_engine(deepspeed='{v}')" for v in tiers.CI_ENGINE] + [accelerate]
+                + [f"matrix_scheduler(deepspeed='{v}')" for v in tiers.CI_SCHEDULER]
                 + [f"matrix_era({era})" for era in eras.CI_ERAS],
-                {accelerate: list(releases.CI_ACCELERATE)})
+                {accelerate: list(tiers.CI_ACCELERATE)})
 
 
 @nox.session(python="3.11")
@@ -209,7 +210,7 @@ def lint(session: nox.Session) -> None:
 def benchmarks(session: nox.Session) -> None:
     """Every benchmark, each measured side by side in one run (minutes; not in CI): start-up, the
     wrapped backward per call, steady-state steps of a real engine (DeepSpeed DEMO_DEEPSPEED)."""
-    _install_stack(session, releases.DEMO_DEEPSPEED)
+    _install_stack(session, tiers.DEMO_DEEPSPEED)
     session.install(*_find_links(), "uv")
     session.run("python", "benchmarks/startup.py")
     session.run("python", "benchmarks/per_call.py")
@@ -219,7 +220,7 @@ def benchmarks(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def demo(session: nox.Session) -> None:
     """Install torch (CPU), a DeepSpeed release and this package; run the demo."""
-    deepspeed = session.posargs[0] if session.posargs else releases.DEMO_DEEPSPEED
+    deepspeed = session.posargs[0] if session.posargs else tiers.DEMO_DEEPSPEED
     _install_stack(session, deepspeed)
     session.run("python", "-m", "accelerate_warmup_patch", "demo")
 
@@ -236,7 +237,7 @@ def package(session: nox.Session) -> None:
     session.run("twine", "check", "--strict", *map(str, [*dist.glob("*.whl"), *dist.glob("*.tar.gz")]))
     session.run("python", "tests/check_dist.py", str(dist))
     wheel = next(dist.glob("*.whl"))
-    _install_stack(session, releases.DEMO_DEEPSPEED, this=f"--reinstall-package accelerate-warmup-patch {wheel}")
+    _install_stack(session, tiers.DEMO_DEEPSPEED, this=f"--reinstall-package accelerate-warmup-patch {wheel}")
     session.install("pytest")
     session.run("python", "tests/check_dist.py", "--installed")
     session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_activation.py", env={"PYTHONUNBUFFERED": "1"})

@@ -1,0 +1,43 @@
+"""The releases each nox session installs: the suite's, the version matrix's tiers, CI's subset.
+
+Test tooling, not part of the package (the wheel ships the guard table's facts, not CI's pins).
+Standard library and the guard table only: the noxfile imports this module.
+"""
+
+from __future__ import annotations
+
+from accelerate_warmup_patch.releases import NEWEST_ACCELERATE, NEWEST_DEEPSPEED
+
+
+def _series(minor_to_last_patch: dict[str, int]) -> tuple[str, ...]:
+    return tuple(f"{minor}.{patch}" for minor, last in minor_to_last_patch.items() for patch in range(last + 1))
+
+
+# Every release on the package registry in each range (pip index versions deepspeed, 2026-11-29).
+# engine tier: a real engine runs on CPU with torch 2.13; scheduler tier: it does not (see README).
+# 0.14.0-0.14.3 are scheduler tier: their deepspeed/elasticity/elastic_agent.py imports `log`
+# (0.14.0) and `_get_socket_with_port` (0.14.0-0.14.3) from torch.distributed.elastic.agent.server.api,
+# which torch 2.13 no longer has (real runs; 0.14.4 dropped both imports).
+ENGINE_TIER = _series({"0.14": 5, "0.15": 4, "0.16": 9, "0.17": 6, "0.18": 9, "0.19": 8})[4:]
+SCHEDULER_TIER = (*_series({"0.9": 5, "0.10": 3, "0.11": 2, "0.12": 6, "0.13": 5}), "0.14.0", "0.14.1", "0.14.2",
+                  "0.14.3")
+# installs a release needs beside it that its own metadata does not pin (seen in real runs)
+SCHEDULER_TIER_EXTRAS = {"0.9.0": ("pydantic<2",)}  # 0.9.0 uses pydantic 1's FieldInfo.required
+SCHEDULER_TIER_TORCH = "2.1.2"  # a torch of their time (a CUDA build from the registry; runs on CPU)
+# the newest patch of every accelerate minor whose DeepSpeed path runs on CPU
+ACCELERATE_TIER = ("0.29.3", "0.30.1", "0.31.0", "0.32.1", "0.33.0", "0.34.2", "1.0.1", "1.1.1", "1.2.1",
+                   "1.3.0", "1.4.0", "1.5.2", "1.6.0", "1.7.0", "1.8.1", "1.9.0", "1.10.1", "1.11.0",
+                   "1.12.0", "1.13.0", "1.14.0", "1.15.0")
+ACCELERATE_TIER_DEEPSPEED = ("0.14.4", NEWEST_DEEPSPEED)  # one buggy, one fixed
+# what CI runs on top of the full suite (TEST_DEEPSPEED): the releases where behavior changes
+CI_ENGINE = (ENGINE_TIER[0], "0.15.3", "0.18.9", "0.19.0", "0.19.3", "0.19.4")
+CI_ACCELERATE = (ACCELERATE_TIER[0], ACCELERATE_TIER[-1])
+CI_SCHEDULER = ("0.12.6",)
+
+# The releases `nox -s tests` runs the suite on: the newest (no-op expected) and a buggy one.
+TEST_DEEPSPEED = ("0.15.2", NEWEST_DEEPSPEED)
+TEST_ACCELERATE = NEWEST_ACCELERATE
+TEST_TORCH = "2.13.0"
+TEST_TRANSFORMERS = "5.24.0"  # accelerate 1.x imports transformers when present; pinned, not floated
+TEST_TRANSFORMERS_OLD_ACCELERATE = "4.57.6"  # transformers 5.x requires accelerate >= 1.1
+DEMO_DEEPSPEED = "0.15.2"  # `nox -s demo` shows the bug and its fix on this release by default
