@@ -202,8 +202,7 @@ def lint(session: nox.Session) -> None:
     session.install("ruff", "mypy<1.19", "wrapt<2", "packaging", "-e", ".")
     session.run("ruff", "check", "accelerate_warmup_patch", "tests", "noxfile.py", "benchmarks")
     session.run("mypy")
-    session.run("python", "-m", "accelerate_warmup_patch", "table", "--check", "README.md",
-                "--results", "matrix/results.json")
+    session.run("python", "tests/tables.py", "--check")
 
 
 @nox.session(python="3.11")

@@ -26,10 +26,6 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--strict", action="store_true",
                         help="exit 1 if a release is untested/unsupported or the patch would not be active")
     commands.add_parser("status", help="import deepspeed and accelerate, then print status() as JSON")
-    table = commands.add_parser("table")  # tooling for this repository's README; not listed in --help
-    table.add_argument("--check", metavar="README")
-    table.add_argument("--write", metavar="README")
-    table.add_argument("--results", metavar="JSON")
     return parser
 
 
@@ -43,30 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         from . import doctor as doctor_module
 
         return doctor_module.main(as_json=args.json, strict=args.strict)
-    if args.command == "status":
-        return _status()
-    return _table(args.check, args.write, args.results)
-
-
-def _table(check: str | None, write: str | None, results_path: str | None) -> int:
-    from pathlib import Path
-
-    from . import table
-
-    results = json.loads(Path(results_path).read_text()) if results_path else None
-    if write:
-        path = Path(write)
-        path.write_text(table.rewrite(path.read_text(), results))
-        return 0
-    if check:
-        if table.is_current(Path(check).read_text(), results):
-            return 0
-        extra = f" --results {results_path}" if results_path else ""
-        print(f"{check}: the support table is stale; run: python -m accelerate_warmup_patch table "
-              f"--write {check}{extra}", file=sys.stderr)
-        return 1
-    print(table.markdown(results))
-    return 0
+    return _status()
 
 
 def _status() -> int:

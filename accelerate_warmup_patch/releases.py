@@ -2,8 +2,9 @@
 
 Every row names where its fact came from: the release's source at its tag, or a real run on
 this project's CI machine (CPU, torch 2.13). This module is the single source for the patch's
-decisions, the README's support table (``python -m accelerate_warmup_patch table``) and the test
-matrix (``noxfile.py``). Keep it free of imports beyond the standard library.
+decisions, ``doctor`` and ``status()``, the generated tables of README.md and docs/matrix.md
+(``tests/tables.py``) and the version matrix's checks (``tests/matrix.py``). The releases the
+matrix installs are test tooling (``tests/tiers.py``). Standard library only.
 """
 
 from __future__ import annotations

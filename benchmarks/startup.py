@@ -34,7 +34,7 @@ import time
 
 BARE = "no package: python -c pass"
 UNSET = "installed, env unset: python -c pass"
-# about 150 modules, none of them a framework: the armed waiter is asked about each
+# about 150 modules, none of them a framework: the armed finder is asked about each
 STDLIB = "import json, email.parser, http.client, xml.dom.minidom, argparse, logging, typing, dataclasses, asyncio"
 UNSET_STDLIB = "installed, env unset: stdlib imports"
 ARMED = {"ACCELERATE_WARMUP_PATCH": "reset"}

@@ -71,7 +71,7 @@ def test_doctor_strict_fails_on_an_unsupported_or_untested_release(tmp_path, ver
 
 def test_console_script_is_installed():
     script = Path(sys.executable).parent / "accelerate-warmup-patch"
-    proc = subprocess.run([str(script), "table"], capture_output=True, text=True)
+    proc = subprocess.run([str(script), "doctor", "--json"], capture_output=True, text=True)
     assert proc.returncode == 0 and "WarmupCosineLR" in proc.stdout
 
 
