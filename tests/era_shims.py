@@ -23,6 +23,7 @@ None of it touches the scheduler, the optimizer or ``deepspeed.initialize``, whi
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -35,12 +36,13 @@ _done = False
 
 
 def needed(below: tuple[int, int] = NEEDED_BELOW) -> bool:
-    from accelerate_warmup_patch.releases import parse
-
+    """Whether the installed DeepSpeed is older than ``below``; read from its metadata, importing nothing
+    (not even this package, whose import would arm the patch)."""
     try:
-        return parse(metadata.version("deepspeed"))[:2] < below
+        version = metadata.version("deepspeed")
     except metadata.PackageNotFoundError:
         return False
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:2]) < below
 
 
 def prepare() -> None:

@@ -12,8 +12,9 @@ would need, from what it observed.
 
 The era tier (``nox -s matrix_era``, stacks in ``tests/eras.py``) runs on the stack of the
 release's month: raw engines, accelerate and the HF Trainer where their DeepSpeed path runs on
-CPU, then the start-up activation tests (``tests/test_activation.py``) on that Python; its row
-names the whole stack and the package commit it ran against.
+CPU, then the start-up activation tests (``tests/test_activation.py``) on that Python, and two CPU ranks
+(``tests/era_ranks.py``) from DeepSpeed 0.13 on; its row names the whole stack and the package commit
+it ran against.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import argparse
 import datetime
 import fcntl
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -120,7 +122,10 @@ def check(tier: str) -> tuple[dict[str, object], list[str]]:
         activation, passed = _activation()
         if not passed:
             problems.append(f"activation: {activation}")
-        row.update(_era_stack(specs), activation=activation)
+        ranks, ranks_ok = _two_ranks(deepspeed, era_engine=specs[0].path != "schedule")
+        if not ranks_ok:
+            problems.append(f"two ranks: {ranks}")
+        row.update(_era_stack(specs), activation=activation, two_ranks=ranks)
     return row, problems
 
 
@@ -151,6 +156,39 @@ def _activation() -> tuple[str, bool]:
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-6000:] + proc.stderr[-2000:])
     return f"test_activation.py: {summary}", proc.returncode == 0
+
+
+TWO_RANKS_FROM = "0.13.0"  # before it, DeepSpeed's own reduction rejects CPU tensors (docs/eras.md)
+
+
+def _two_ranks(deepspeed: str, era_engine: bool) -> tuple[str, bool]:
+    """torchrun, 2 CPU ranks, ZeRO 0 and 2, armed by ACCELERATE_WARMUP_PATCH alone: every rank's lrs are
+    the newest release's, the weights agree (the gradients were reduced), one INFO line per job where
+    the release needs the fix (rank 0 alone), none where it does not."""
+    if not era_engine or releases.parse(deepspeed) < releases.parse(TWO_RANKS_FROM):
+        return f"not run: no two-rank CPU engine before DeepSpeed {TWO_RANKS_FROM}", True
+    import tempfile
+
+    newest = GOLDEN["runs"][Spec().key][:4]
+    fact = releases.start_fact("WarmupLR", deepspeed)
+    changes = 0 if fact is not None and fact.start is releases.Start.SETS_EVERY_GROUP else 1  # INFO lines a job prints
+    results = []
+    for stage in (0, 2):
+        with tempfile.TemporaryDirectory() as out:
+            command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                       str(harness.demo._free_port()), str(HERE / "era_ranks.py"), str(stage), out]
+            env = {**os.environ, "ACCELERATE_WARMUP_PATCH": "reset"}
+            proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=HERE, timeout=600)
+            ranks = [json.loads(f.read_text()) for f in sorted(Path(out).glob("rank*.json"))]
+        infos = sum("[accelerate_warmup_patch] INFO" in line for line in (proc.stdout + proc.stderr).splitlines())
+        ok = (proc.returncode == 0 and len(ranks) == 2 and all(r["lrs"] == newest and r["weights_equal"] for r in ranks)
+              and infos == changes)
+        if not ok:
+            sys.stderr.write(f"two ranks, ZeRO {stage}: rc {proc.returncode}, {infos} INFO lines, {ranks}\n"
+                             + proc.stderr[-4000:])
+        results.append((stage, ok))
+    summary = ", ".join(f"ZeRO {stage} {'ok' if ok else 'FAILED'}" for stage, ok in results)
+    return f"torchrun 2 ranks: {summary}", all(ok for _, ok in results)
 
 
 def _package_commit() -> str:
