@@ -192,11 +192,11 @@ def _two_ranks(deepspeed: str, era_engine: bool) -> tuple[str, bool]:
 
 
 def _package_commit() -> str:
-    """The commit the package ran from, with "+dirty" when its files differ from it (shared work tree)."""
+    """The last commit that changed the package, with "+dirty" when its files differ from it (shared work tree)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], capture_output=True, text=True, cwd=HERE.parent).stdout.strip()
 
-    commit = git("rev-parse", "--short", "HEAD")
+    commit = git("log", "-1", "--format=%h", "--", "accelerate_warmup_patch")
     return commit + ("+dirty" if git("status", "--porcelain", "--", "accelerate_warmup_patch") else "")
 
 
