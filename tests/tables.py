@@ -114,10 +114,10 @@ def matrix_page(results: dict[str, Row]) -> str:
                      for f in releases.MULTINODE_RUNNERS))
     lines += ["", "## Era stacks", ""]
     lines += _table(["DeepSpeed", "month", "Python", "torch", "wrapt", "accelerate", "transformers", "ran",
-                     "unpatched", "patched", "start-up activation", "package", "date"],
+                     "unpatched", "patched", "start-up activation", "two ranks", "package", "date"],
                     ([r["deepspeed"], str(r["era"])[:7], r["python"], r["torch"], r["wrapt"], r["accelerate"],
-                      r["transformers"], r["ran"], r["unpatched"], r["patched"], r["activation"], r["package"],
-                      r["date"]] for r in _sorted(results, "era")))
+                      r["transformers"], r["ran"], r["unpatched"], r["patched"], r["activation"],
+                      r.get("two_ranks", "-"), r["package"], r["date"]] for r in _sorted(results, "era")))
     lines += ["", "## Engine, accelerate and scheduler tiers", "",
               f"Python {SUITE_STACK['python']}, wrapt {SUITE_STACK['wrapt']}, this project's CI machine (CPU).", ""]
     lines += _table(["tier", "DeepSpeed", "accelerate", "unpatched", "patched", "guard table", "date", "torch"],
