@@ -19,6 +19,7 @@ strict mode.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import sys
@@ -167,7 +168,8 @@ def _constructor_wrapper(signature: inspect.Signature) -> Callable[..., Any]:
         result = wrapped(*args, **kwargs)
         name = schedules.class_name(instance)
         if name is not None and schedules.is_fresh(instance) and instance not in _started:
-            _start_guarded(instance, name, construction, "at construction")
+            # a failed capture has said that the default peak is left alone: no second warning about it
+            _start_guarded(instance, name, construction, "at construction", peak=construction is not None)
         return result
 
     return wrapper
@@ -269,21 +271,23 @@ def _construction_from_config(engine: Any, scheduler: Any, name: str) -> schedul
     return schedules.Construction(lrs, (engine.scheduler_params() or {}).get("warmup_max_lr") is not None)
 
 
-def _start_guarded(scheduler: Any, name: str, construction: schedules.Construction | None, when: str) -> None:
-    _started.add(scheduler)  # settled, whatever happens below: one try, one warning at most
+def _start_guarded(scheduler: Any, name: str, construction: schedules.Construction | None, when: str,
+                   peak: bool = True) -> None:
+    with contextlib.suppress(TypeError):  # a subclass without __weakref__ is simply not remembered
+        _started.add(scheduler)  # settled, whatever happens below: one try, one warning at most
     try:
-        _start(scheduler, name, construction, when)
+        _start(scheduler, name, construction, when, peak)
     except Exception as error:
         failures.report("start", f"starting {name} where DeepSpeed {releases.BEHAVIOR_REFERENCE} starts it", error,
                         "that scheduler runs exactly as unpatched (this warning is not repeated)")
 
 
-def _start(scheduler: Any, name: str, construction: schedules.Construction | None, when: str) -> None:
+def _start(scheduler: Any, name: str, construction: schedules.Construction | None, when: str, peak: bool) -> None:
     version = _deepspeed_version()
     groups = scheduler.optimizer.param_groups
     saved = _snapshot(scheduler, groups)
     try:
-        peak_changed = _backport_default_peak(scheduler, name, construction, version)
+        peak_changed = peak and _backport_default_peak(scheduler, name, construction, version)
         before = [schedules.lr_value(g["lr"]) for g in groups]
         for group, target in zip(groups, schedules.newest_start_lrs(scheduler, name)):
             if schedules.lr_value(group["lr"]) != schedules.lr_value(target):

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_python
+from conftest import installed, run_python
 
-from accelerate_warmup_patch import api
+from accelerate_warmup_patch import api, releases
 
 ARMED = {"ACCELERATE_WARMUP_PATCH": "reset"}
 FINDERS = "[f for f in sys.meta_path if type(f).__module__.startswith('accelerate_warmup_patch')]"
@@ -194,3 +194,29 @@ def test_a_real_sitecustomize_arms_the_patch_and_off_wins(tmp_path, value, armed
         "import accelerate_warmup_patch as awp\n"
         "print(json.dumps([hasattr(deepspeed.initialize, '__wrapped__'), awp.status()['applied_by']]))", env=env)
     assert _last_json(proc) == ([True, ["sitecustomize"]] if armed else [False, []])
+
+
+CAPTURE_FAULT = """
+import torch
+import accelerate_warmup_patch as awp
+awp.apply()
+from accelerate_warmup_patch import patch
+def broken(optimizer):
+    raise RuntimeError("injected fault")
+patch._torch_optimizer = broken  # fault injection: reading the constructor's arguments fails
+from deepspeed.runtime.lr_schedules import WarmupLR
+optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=1e-3)
+WarmupLR(optimizer, warmup_min_lr=0.0, warmup_num_steps=5)
+print(optimizer.param_groups[0]["lr"])
+"""
+
+
+@pytest.mark.skipif("WarmupLR" not in releases.constructors_to_fix(installed("deepspeed")),
+                    reason="this release's WarmupLR constructor needs no fix: nothing is captured")
+def test_a_failed_argument_capture_says_truthfully_that_the_first_step_fix_still_applies():
+    proc = run_python(CAPTURE_FAULT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "0.0"  # the first-step fix applied all the same
+    warnings = [x for x in proc.stderr.splitlines() if "WARNING" in x]
+    assert len(warnings) == 1, proc.stderr
+    assert "reading the arguments of WarmupLR failed" in warnings[0] and "first-step lr is still fixed" in warnings[0]
