@@ -117,6 +117,7 @@ def check(tier: str) -> tuple[dict[str, object], list[str]]:
         "patched": "equals the newest release" if not any(p.startswith("patch") for p in problems) else "DIFFERS",
         "table": "matches" if not any(p.startswith("table") for p in problems) else "MISMATCH",
         "scenarios": len(specs), "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+        "package": _package_commit(),
     }
     if tier == "era":
         activation, passed = _activation()
@@ -133,7 +134,7 @@ def _era_stack(specs: list[Spec]) -> dict[str, object]:
     paths = {"deepspeed": "raw engine", "accelerate": "accelerate", "trainer": "HF Trainer",
              "schedule": "scheduler classes (no engine)"}
     return {"python": platform.python_version(), "wrapt": _version("wrapt"), "transformers": _version("transformers"),
-            "ran": " + ".join(dict.fromkeys(paths[s.path] for s in specs)), "package": _package_commit(),
+            "ran": " + ".join(dict.fromkeys(paths[s.path] for s in specs)),
             "era": eras.BY_ID[metadata.version("deepspeed")].date if metadata.version("deepspeed") in eras.BY_ID
             else None}
 
