@@ -124,8 +124,8 @@ def matrix_page(results: dict[str, Row]) -> str:
     lines += _table(["tier", "DeepSpeed", "accelerate", "unpatched", "patched", "guard table", "date", "torch",
                      "package"],
                     ([r["tier"], r["deepspeed"], r["accelerate"] or "-", r["unpatched"], r["patched"], r["table"],
-                      r["date"], r["torch"], r.get("package", "0.1.0")] for tier in ("engine", "accelerate", "scheduler")
-                     for r in _sorted(results, tier)))
+                      r["date"], r["torch"], r.get("package", "0.1.0")]
+                     for tier in ("engine", "accelerate", "scheduler") for r in _sorted(results, tier)))
     return "\n".join(lines) + "\n"
 
 
