@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -333,7 +334,10 @@ def run_specs(*specs: Spec, env: dict[str, str] | None = None, check: bool = Tru
     args = [sys.executable, str(HERE / "harness.py"), *(json.dumps(asdict(s)) for s in specs)]
     proc = subprocess.run(args, env=full_env, capture_output=True, text=True, timeout=900, cwd=HERE)
     ran = Ran(proc)
-    if check and (proc.returncode != 0 or not ran.data):
+    # a CPU DeepSpeed process can abort in C++ teardown after its results are printed ("terminate called
+    # without an active exception", seen once in the whole matrix): the results are complete, keep them
+    aborted_after_results = proc.returncode == -signal.SIGABRT and bool(ran.data)
+    if check and ((proc.returncode != 0 and not aborted_after_results) or not ran.data):
         raise AssertionError(f"harness failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return ran
 
