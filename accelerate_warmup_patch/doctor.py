@@ -68,9 +68,10 @@ def multinode(deepspeed: str | None, active: dict[str, Any]) -> dict[str, Any]:
     carries = False
     if level is releases.Support.UNSUPPORTED:
         why = f"DeepSpeed {deepspeed} is older than {releases.DEEPSPEED_FLOOR}: nothing is patched or exported"
-    elif active["env"] is not None and settings.env_mode() == settings.Mode.OFF:
-        why = (f"{settings.ENV_MODE}=off: the package stands down in the launcher too and exports nothing; the "
-               f"nodes use their own value (a line {settings.ENV_MODE}=off in .deepspeed_env reaches every node)")
+    elif active["env"] is not None and settings.env_mode() == settings.Mode.OFF and active["pth"]:
+        carries = True  # off patches nothing but the launcher, so that the kill switch reaches every node
+        why = (f"{settings.ENV_MODE}=off: nothing is patched, but the deepspeed launcher exports off to every node "
+               f"(a line in .deepspeed_env wins over the launching shell)")
     elif not active["active_at_start_up"] or active["env"] is None:
         why = (f"the launching shell must have {settings.ENV_MODE} set (with the .pth) for the launcher to export "
                "it; sitecustomize alone arms the patch but leaves the nodes to their own environment")
