@@ -18,10 +18,11 @@ if TYPE_CHECKING:  # typing is for the type checker only; nothing here needs it 
 # module name -> "module_of_this_package.function" that patches it, called right after it is imported.
 # deepspeed's hook reaches its submodules itself: deepspeed/__init__.py has imported them by then,
 # and only then is deepspeed.__version__, which decides what is wrapped, set.
+_LAUNCHER = "deepspeed.launcher.multinode_runner"
 _TARGETS = {
     "deepspeed": "patch.patch_deepspeed",
     "accelerate.utils.deepspeed": "patch.patch_accelerate",
-    "deepspeed.launcher.multinode_runner": "launcher.patch_runners",
+    _LAUNCHER: "launcher.patch_runners",
 }
 _applied_by: "list[str]" = []
 _mode: "str | None" = None
@@ -49,7 +50,6 @@ def _hook_for(target: str) -> "bootstrap.Hook":
 
 
 _HOOKS = {name: _hook_for(function) for name, function in _TARGETS.items()}
-_LAUNCHER = "deepspeed.launcher.multinode_runner"
 
 
 def apply(mode: "str | None" = None, *, via: str = "apply()") -> str:

@@ -28,7 +28,7 @@ CARRIED = (settings.ENV_MODE, settings.ENV_STRICT)
 
 def patch_runners(module: ModuleType) -> None:
     """Wrap ``MultiNodeRunner.__init__`` of ``deepspeed.launcher.multinode_runner``."""
-    version = _deepspeed_version()
+    version = patch.deepspeed_version()
     if releases.deepspeed_support(version) is releases.Support.UNSUPPORTED:
         return  # patch_deepspeed has said, once, that nothing is patched on this release
     base = getattr(module, "MultiNodeRunner", None)
@@ -60,7 +60,7 @@ def carry(runner: Any) -> dict[str, str]:
     values = {name: os.environ[name] for name in CARRIED if os.environ.get(name, "").strip()}
     if not values:
         return values
-    version = _deepspeed_version()
+    version = patch.deepspeed_version()
     name = type(runner).__name__
     # by class, through the MRO: a user's subclass of PDSHRunner still goes through a shell
     fact = next(filter(None, (releases.runner_fact(k.__name__, version) for k in type(runner).__mro__)), None)
@@ -81,7 +81,3 @@ def carry(runner: Any) -> dict[str, str]:
     how = fact.syntax if fact is not None else "add_export (a runner the guard table does not know)"
     log.info("%s exports %s to every node (%s)", name, listed, how)
     return values
-
-
-def _deepspeed_version() -> str:
-    return releases.installed("deepspeed") or "0"

@@ -136,7 +136,7 @@ def patch_deepspeed(module: ModuleType) -> None:
 
 def patch_accelerate(module: ModuleType) -> None:
     """accelerate's backward, a net for DeepSpeed engines: only where DeepSpeed itself is patched."""
-    if releases.deepspeed_support(_deepspeed_version()) is releases.Support.UNSUPPORTED:
+    if releases.deepspeed_support(deepspeed_version()) is releases.Support.UNSUPPORTED:
         return  # deepspeed's own hook says why, once
     version = str(getattr(sys.modules.get("accelerate"), "__version__", "0"))
     state.accelerate_version = version
@@ -265,7 +265,7 @@ def _construction_from_config(engine: Any, scheduler: Any, name: str) -> schedul
     """
     if getattr(engine, "client_lr_scheduler", True) or not callable(getattr(engine, "scheduler_params", None)):
         return None
-    fact = releases.start_fact(name, _deepspeed_version())
+    fact = releases.start_fact(name, deepspeed_version())
     untouched = fact is not None and fact.start is releases.Start.LEAVES_OPTIMIZER_LR
     lrs = tuple(g["lr"] for g in scheduler.optimizer.param_groups) if untouched else None
     return schedules.Construction(lrs, (engine.scheduler_params() or {}).get("warmup_max_lr") is not None)
@@ -283,7 +283,7 @@ def _start_guarded(scheduler: Any, name: str, construction: schedules.Constructi
 
 
 def _start(scheduler: Any, name: str, construction: schedules.Construction | None, when: str, peak: bool) -> None:
-    version = _deepspeed_version()
+    version = deepspeed_version()
     groups = scheduler.optimizer.param_groups
     saved = _snapshot(scheduler, groups)
     try:
@@ -380,7 +380,7 @@ def align_after_load(engine: Any) -> None:
                  "was not restored from the checkpoint)", name, "; ".join(changes), scheduler.last_batch_iteration)
 
 
-def _deepspeed_version() -> str:
+def deepspeed_version() -> str:
     """The running DeepSpeed's release: as its hook saw it, else as installed."""
     return state.deepspeed_version or releases.installed("deepspeed") or "0"
 
