@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,15 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
 from harness import GOLDEN, Ran, Spec, run_specs  # noqa: E402,F401
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _temp_files_in_pytests_own_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    # torch's elastic agent leaves a folder in the temp dir per launch, and so would anything else a
+    # child process forgets; pytest keeps only its last three base folders
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(tmp_path_factory.mktemp("tmp")))
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -248,18 +248,20 @@ def run_trainer(spec: Spec) -> list[list[float | None]]:
             self.recorder.flush()
 
     record = Record()
-    output = spec.save_to or spec.resume_from or tempfile.mkdtemp(prefix="awp-trainer-")
-    args = TrainingArguments(
-        output_dir=output, deepspeed=config, per_device_train_batch_size=2,
-        gradient_accumulation_steps=spec.grad_accum, max_steps=spec.steps, learning_rate=spec.groups[0],
-        warmup_steps=5, lr_scheduler_type="linear", logging_steps=1, report_to=[],
-        save_strategy="steps" if spec.save_to else "no", save_steps=TRAINER_SAVE_STEP,
-        disable_tqdm=True, seed=0)
-    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[record])
-    if spec.resume_from:
-        trainer.train(resume_from_checkpoint=os.path.join(spec.resume_from, f"checkpoint-{TRAINER_SAVE_STEP}"))
-    else:
-        trainer.train()
+    # a run that saves nothing still needs an output_dir: a scratch one, removed after
+    with tempfile.TemporaryDirectory(prefix="awp-trainer-") as scratch:
+        output = spec.save_to or spec.resume_from or scratch
+        args = TrainingArguments(
+            output_dir=output, deepspeed=config, per_device_train_batch_size=2,
+            gradient_accumulation_steps=spec.grad_accum, max_steps=spec.steps, learning_rate=spec.groups[0],
+            warmup_steps=5, lr_scheduler_type="linear", logging_steps=1, report_to=[],
+            save_strategy="steps" if spec.save_to else "no", save_steps=TRAINER_SAVE_STEP,
+            disable_tqdm=True, seed=0)
+        trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[record])
+        if spec.resume_from:
+            trainer.train(resume_from_checkpoint=os.path.join(spec.resume_from, f"checkpoint-{TRAINER_SAVE_STEP}"))
+        else:
+            trainer.train()
     logged = [entry["learning_rate"] for entry in trainer.state.log_history if "learning_rate" in entry]
     return [*record.recorder.rows, [None, *logged]]
 
