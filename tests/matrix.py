@@ -178,7 +178,8 @@ def _two_ranks(deepspeed: str, era_engine: bool) -> tuple[str, bool]:
         with tempfile.TemporaryDirectory() as out:
             command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                        str(harness.demo._free_port()), str(HERE / "era_ranks.py"), str(stage), out]
-            env = {**os.environ, "ACCELERATE_WARMUP_PATCH": "reset"}
+            # TMPDIR: torch's elastic agent leaves a folder there per launch
+            env = {**os.environ, "ACCELERATE_WARMUP_PATCH": "reset", "TMPDIR": out}
             proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=HERE, timeout=600)
             ranks = [json.loads(f.read_text()) for f in sorted(Path(out).glob("rank*.json"))]
         infos = sum("[accelerate_warmup_patch] INFO" in line for line in (proc.stdout + proc.stderr).splitlines())
