@@ -180,8 +180,7 @@ def _capture(signature: inspect.Signature, instance: Any, args: Any, kwargs: Any
     try:
         bound = signature.bind(instance, *args, **kwargs)
         groups = _torch_optimizer(bound.arguments["optimizer"]).param_groups
-        lrs = tuple(lr.clone() if hasattr(lr, "clone") else lr for lr in (g["lr"] for g in groups))
-        return schedules.Construction(lrs, bound.arguments.get("warmup_max_lr") is not None)
+        return schedules.Construction(tuple(_lr_copies(groups)), bound.arguments.get("warmup_max_lr") is not None)
     except Exception as error:
         failures.report("capture", f"reading the arguments of {type(instance).__name__}", error,
                         "its first-step lr is still fixed; its default peak lr is left as this DeepSpeed sets it")
@@ -201,8 +200,13 @@ def _torch_optimizer(optimizer: Any) -> Any:
 def _initialize_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
     result = wrapped(*args, **kwargs)  # the original first: our logic never changes its inputs
     if state.active:
-        prepare_first_step(result[0] if isinstance(result, tuple) and result else result)
+        prepare_first_step(_first_of(result))
     return result
+
+
+def _first_of(result: Any) -> Any:
+    """The engine of ``deepspeed.initialize``'s tuple, the load path of ``load_checkpoint``'s."""
+    return result[0] if isinstance(result, tuple) and result else result
 
 
 def _backward_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
@@ -214,8 +218,7 @@ def _backward_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwa
 def _load_checkpoint_wrapper(signature: inspect.Signature) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
         result = wrapped(*args, **kwargs)
-        loaded = result[0] if isinstance(result, tuple) and result else result
-        if loaded is not None and state.active and state.mode != Mode.OFF:
+        if _first_of(result) is not None and state.active and state.mode != Mode.OFF:
             try:
                 if not _optimizer_lr_restored(signature, instance, args, kwargs):
                     align_after_load(instance)
@@ -397,8 +400,12 @@ def _fmt(values: list[Any]) -> str:
 
 
 def _snapshot(scheduler: Any, groups: list[dict[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
-    lrs = [g["lr"].clone() if hasattr(g["lr"], "clone") else g["lr"] for g in groups]
-    return copy.copy(vars(scheduler)), lrs
+    return copy.copy(vars(scheduler)), _lr_copies(groups)
+
+
+def _lr_copies(groups: list[dict[str, Any]]) -> list[Any]:
+    """Each group's lr as it is now: a tensor lr is cloned, since the scheduler changes it in place."""
+    return [g["lr"].clone() if hasattr(g["lr"], "clone") else g["lr"] for g in groups]
 
 
 def _restore(scheduler: Any, groups: list[dict[str, Any]], saved: tuple[dict[str, Any], list[Any]]) -> None:
