@@ -38,6 +38,9 @@ def run_python(code: str, env: dict[str, str] | None = None) -> subprocess.Compl
 
 
 def installed(distribution: str) -> str:
-    from importlib import metadata
+    """The installed release of a distribution the suite needs (the package's one lookup)."""
+    from accelerate_warmup_patch import releases
 
-    return metadata.version(distribution)
+    version = releases.installed(distribution)
+    assert version is not None, f"{distribution} is not installed"
+    return version

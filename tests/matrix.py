@@ -49,24 +49,22 @@ def _specs(tier: str, deepspeed: str) -> list[Spec]:
     elif tier == "accelerate":
         specs = [s for s in MATRIX_ENGINE if s.path == "accelerate"]
     elif tier == "era":
-        specs = _era_specs()
+        specs = _era_specs(deepspeed)
     else:
         specs = MATRIX_ENGINE
     # a class the release does not have yet (WarmupCosineLR before 0.12.3) is no scenario for it
     return [s for s in specs if releases.start_fact(s.scheduler.split("-")[0], deepspeed) is not None]
 
 
-def _era_specs() -> list[Spec]:
+def _era_specs(deepspeed: str) -> list[Spec]:
     """Raw engines (the release's scheduler classes alone where no engine runs on CPU: ``Era.engine``);
     accelerate and the HF Trainer where accelerate's DeepSpeed path runs on CPU."""
-    era = eras.BY_ID.get(metadata.version("deepspeed"))
-    if era is not None and not era.engine:
+    if not _engine_runs(deepspeed):
         return [replace(s, path="schedule") for s in MATRIX_SCHEDULER]
     specs = [s for s in MATRIX_ENGINE if s.path == "deepspeed"]
-    accelerate = _version("accelerate")
-    if accelerate and releases.parse(accelerate) >= releases.parse(releases.ACCELERATE_CPU_FLOOR):
+    if _accelerate_runs():
         specs += [s for s in MATRIX_ENGINE if s.path == "accelerate"]
-        if _version("transformers"):
+        if releases.installed("transformers"):
             specs += [s for s in TRAINER if not s.torch_scheduler]
     return specs
 
@@ -111,7 +109,7 @@ def check(tier: str) -> tuple[dict[str, object], list[str]]:
     import torch
 
     row: dict[str, object] = {
-        "deepspeed": deepspeed, "accelerate": _version("accelerate"), "tier": tier,
+        "deepspeed": deepspeed, "accelerate": releases.installed("accelerate"), "tier": tier,
         "unpatched": ("step 0 off the newest release's lr: " + ", ".join(dict.fromkeys(buggy))) if buggy
         else "same start as the newest release",
         "patched": "equals the newest release" if not any(p.startswith("patch") for p in problems) else "DIFFERS",
@@ -120,35 +118,45 @@ def check(tier: str) -> tuple[dict[str, object], list[str]]:
         "package": _package_commit(),
     }
     if tier == "era":
-        activation, passed = _activation()
+        activation, passed = _activation(deepspeed)
         if not passed:
             problems.append(f"activation: {activation}")
-        ranks, ranks_ok = _two_ranks(deepspeed, era_engine=specs[0].path != "schedule")
+        ranks, ranks_ok = _two_ranks(deepspeed)
         if not ranks_ok:
             problems.append(f"two ranks: {ranks}")
-        row.update(_era_stack(specs), activation=activation, two_ranks=ranks)
+        row.update(_era_stack(specs, deepspeed), activation=activation, two_ranks=ranks)
     return row, problems
 
 
-def _era_stack(specs: list[Spec]) -> dict[str, object]:
+def _engine_runs(deepspeed: str) -> bool:
+    """False for an era whose release has no CPU engine (``Era.engine``)."""
+    era = eras.BY_ID.get(deepspeed)
+    return era is None or era.engine
+
+
+def _accelerate_runs() -> bool:
+    """Whether the installed accelerate's DeepSpeed path runs on CPU."""
+    accelerate = releases.installed("accelerate")
+    return bool(accelerate) and releases.parse(accelerate) >= releases.parse(releases.ACCELERATE_CPU_FLOOR)
+
+
+def _era_stack(specs: list[Spec], deepspeed: str) -> dict[str, object]:
     paths = {"deepspeed": "raw engine", "accelerate": "accelerate", "trainer": "HF Trainer",
              "schedule": "scheduler classes (no engine)"}
-    return {"python": platform.python_version(), "wrapt": _version("wrapt"), "transformers": _version("transformers"),
-            "ran": " + ".join(dict.fromkeys(paths[s.path] for s in specs)),
-            "era": eras.BY_ID[metadata.version("deepspeed")].date if metadata.version("deepspeed") in eras.BY_ID
-            else None}
+    era = eras.BY_ID.get(deepspeed)
+    return {"python": platform.python_version(), "wrapt": releases.installed("wrapt"),
+            "transformers": releases.installed("transformers"),
+            "ran": " + ".join(dict.fromkeys(paths[s.path] for s in specs)), "era": era.date if era else None}
 
 
-def _activation() -> tuple[str, bool]:
+def _activation(deepspeed: str) -> tuple[str, bool]:
     """tests/test_activation.py in this venv: the .pth and the env var on this Python; the accelerate
     case only where accelerate's DeepSpeed path runs on CPU, the training cases only where an engine does."""
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(HERE / "test_activation.py")]
     skip = []
-    accelerate = _version("accelerate")
-    if not accelerate or releases.parse(accelerate) < releases.parse(releases.ACCELERATE_CPU_FLOOR):
+    if not _accelerate_runs():
         skip.append("import_accelerate")
-    era = eras.BY_ID.get(metadata.version("deepspeed"))
-    if era is not None and not era.engine:
+    if not _engine_runs(deepspeed):
         skip.append("fixes_the_trajectory")  # they train a real engine
     if skip:
         command += ["-k", " and ".join(f"not {name}" for name in skip)]
@@ -162,11 +170,11 @@ def _activation() -> tuple[str, bool]:
 TWO_RANKS_FROM = "0.13.0"  # before it, DeepSpeed's own reduction rejects CPU tensors (docs/eras.md)
 
 
-def _two_ranks(deepspeed: str, era_engine: bool) -> tuple[str, bool]:
+def _two_ranks(deepspeed: str) -> tuple[str, bool]:
     """torchrun, 2 CPU ranks, ZeRO 0 and 2, armed by ACCELERATE_WARMUP_PATCH alone: every rank's lrs are
     the newest release's, the weights agree (the gradients were reduced), one INFO line per job where
     the release needs the fix (rank 0 alone), none where it does not."""
-    if not era_engine or releases.parse(deepspeed) < releases.parse(TWO_RANKS_FROM):
+    if not _engine_runs(deepspeed) or releases.parse(deepspeed) < releases.parse(TWO_RANKS_FROM):
         return f"not run: no two-rank CPU engine before DeepSpeed {TWO_RANKS_FROM}", True
     import tempfile
 
@@ -200,13 +208,6 @@ def _package_commit() -> str:
 
     commit = git("log", "-1", "--format=%h", "--", "accelerate_warmup_patch")
     return commit + ("+dirty" if git("status", "--porcelain", "--", "accelerate_warmup_patch") else "")
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def suggest(deepspeed: str) -> None:

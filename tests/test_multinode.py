@@ -16,18 +16,17 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from importlib import metadata
 from pathlib import Path
 
 import pytest
-from conftest import HERE
+from conftest import HERE, installed
 
 from accelerate_warmup_patch import releases
 
 BIN = Path(sys.executable).parent
 SSHD_PORT = 29752
 TRAIN_PORT, ENV_PORT = 29751, 29753
-DEEPSPEED = metadata.version("deepspeed")
+DEEPSPEED = installed("deepspeed")
 RANKS = [{"node": "0", "rank": "0"}, {"node": "1", "rank": "1"}]
 
 
