@@ -199,7 +199,7 @@ def lint(session: nox.Session) -> None:
     """ruff, mypy, and the README's support table regenerated from the guard table."""
     # mypy checks the lowest supported Python (pyproject: python_version): mypy 1.19 dropped 3.9, and
     # wrapt 2.x's own stubs declare nothing below 3.10, so wrapt is 1.x here (untyped: Any)
-    session.install("ruff", "mypy<1.19", "wrapt<2", "packaging", "-e", ".")
+    session.install("ruff", "mypy<1.19", "wrapt<2", "-e", ".")
     session.run("ruff", "check", "accelerate_warmup_patch", "tests", "noxfile.py", "benchmarks")
     session.run("mypy")
     session.run("python", "tests/tables.py", "--check")
