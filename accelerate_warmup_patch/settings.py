@@ -1,7 +1,7 @@
 """ACCELERATE_WARMUP_PATCH* parsing and validation, in one place.
 
 On the start-up path of every process of an armed image: imports nothing but ``os`` (already
-loaded by ``site``); ``logging`` is imported only to warn.
+loaded by ``site``); ``logging`` is imported only to warn of a bad value.
 """
 
 import os
@@ -25,7 +25,6 @@ _ALIASES: "dict[str, str]" = {
 }
 ACCEPTED = "reset (or 1, true, on), step, off (or 0, false)"
 DEFAULT = Mode.RESET
-_warned: "set[tuple[str, str]]" = set()
 
 
 class SettingsError(ValueError):
@@ -41,19 +40,31 @@ def strict() -> bool:
     return _truthy(os.environ.get(ENV_STRICT))
 
 
+def lookup(value: str) -> "str | None":
+    """The Mode a user's spelling stands for, or None when it is not one we accept; says nothing."""
+    return _ALIASES.get(value.strip().lower())
+
+
+def bad_value(source: str, value: str) -> str:
+    """One line for a value we do not accept: what it is, what is accepted, how to fix it."""
+    fix = "pass one of these" if source != ENV_MODE else f"set {ENV_MODE} to one of these"
+    return (f"{source}={value!r} is not one of: {ACCEPTED}; {fix}, or unset {ENV_STRICT} "
+            f"to run in {DEFAULT} mode with a warning")
+
+
 def parse_mode(value: str, source: str) -> str:
     """Turn a user's spelling into a Mode; an unknown one warns once (raises in strict mode)."""
-    mode = _ALIASES.get(value.strip().lower())
+    mode = lookup(value)
     if mode is not None:
         return mode
-    message = f"{source}={value!r} is not one of: {ACCEPTED}"
     if strict():
-        raise SettingsError(message)
-    if (source, value) not in _warned:  # the environment is read more than once per process
-        _warned.add((source, value))
-        import logging
+        raise SettingsError(bad_value(source, value))
+    from . import log  # loads logging: only a bad value pays for it
 
-        logging.getLogger("accelerate_warmup_patch").warning("%s; using %r", message, DEFAULT)
+    # once per process: the environment is read more than once (and site.py runs a venv's .pth lines
+    # twice, measured on Python 3.9 to 3.13, but the second run finds the package already imported)
+    log.warn_once(f"settings:{source}={value!r}", "%s=%r is not one of: %s; using %r", source, value, ACCEPTED,
+                  DEFAULT)
     return DEFAULT
 
 

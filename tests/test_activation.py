@@ -1,12 +1,23 @@
-"""Start-up activation in real interpreters: the installed .pth, the env var, sitecustomize."""
+"""Start-up activation in real interpreters: the installed .pth, the env var, sitecustomize; strict mode
+stops a bad start before the program runs."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
 
+import pytest
 from conftest import GOLDEN, Spec, run_python, run_specs
 
-from accelerate_warmup_patch import api
+from accelerate_warmup_patch import api, settings
+
+REPO = Path(__file__).resolve().parent.parent
 
 PROBE = ("import sys, json\n"
          "print(json.dumps(sorted(m for m in ('accelerate_warmup_patch', 'accelerate_warmup_patch.api', "
@@ -112,3 +123,105 @@ def test_bad_value_at_start_up_warns_once_and_does_not_crash():
     assert proc.returncode == 0
     assert proc.stdout.strip() == "reset"
     assert sum("ACCELERATE_WARMUP_PATCH='maybe'" in line for line in proc.stderr.splitlines()) == 1
+
+
+def test_bad_value_is_warned_of_once_in_a_process_whose_site_packages_are_processed_twice(tmp_path):
+    # a framework imported by an earlier .pth makes the .pth line read the value at start-up; site.py
+    # runs a venv's .pth lines twice
+    venv = _bare_venv(tmp_path, _fake_deepspeed(tmp_path))
+    (venv.site_packages / "ab_import_deepspeed.pth").write_text("import deepspeed\n")
+    shutil.copy(REPO / "accelerate_warmup_patch.pth", venv.site_packages)
+    proc = venv.run(USER_CODE, env={"ACCELERATE_WARMUP_PATCH": "rset"})
+    assert proc.returncode == 0 and proc.stdout.strip() == "user code ran", proc.stderr
+    assert sum("ACCELERATE_WARMUP_PATCH='rset'" in line for line in proc.stderr.splitlines()) == 1, proc.stderr
+
+
+# Strict mode: the job does not run. site.py prints the traceback of an exception from a .pth line and
+# goes on, and ignores one from sitecustomize, so each route must stop the interpreter itself.
+
+STRICT = "ACCELERATE_WARMUP_PATCH_STRICT"
+USER_CODE = "print('user code ran')"
+
+
+@dataclass
+class BareVenv:
+    python: Path
+    site_packages: Path
+
+    def run(self, code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(self.python), "-c", code], env={**os.environ, **env}, capture_output=True,
+                              text=True, timeout=600, cwd=self.python.parent)
+
+
+def _bare_venv(folder: Path, *first_paths: Path) -> BareVenv:
+    """A fresh venv without this package's .pth: ``first_paths``, this checkout and the suite's
+    site-packages on its path (path lines: the .pth files in them do not run)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder / "venv")], check=True)
+    python = folder / "venv" / "bin" / "python"
+    site_packages = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
+                                   capture_output=True, text=True, check=True).stdout.strip()
+    venv = BareVenv(python, Path(site_packages))
+    paths = [*first_paths, REPO, Path(sysconfig.get_paths()["purelib"])]
+    (venv.site_packages / "a_paths.pth").write_text("".join(f"{path}\n" for path in paths))
+    return venv
+
+
+def _fake_deepspeed(folder: Path) -> Path:
+    """Fault injection: a deepspeed whose shape the patch does not know, so patching it fails."""
+    (folder / "fake" / "deepspeed").mkdir(parents=True)
+    (folder / "fake" / "deepspeed" / "__init__.py").write_text('__version__ = "0.15.2"\n')
+    return folder / "fake"
+
+
+def _the_one_line(proc: subprocess.CompletedProcess[str], error: str) -> str:
+    """The process stopped before the program ran, with exit status 2 and one line on stderr."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
+    assert "user code ran" not in proc.stdout
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"accelerate_warmup_patch.{error}: ") and f"{STRICT} is set" in lines[0]
+    return lines[0]
+
+
+def _says_what_is_wrong_and_how_to_fix_it(line: str, value: str) -> None:
+    assert f"ACCELERATE_WARMUP_PATCH={value!r} is not one of: {settings.ACCEPTED}" in line, line
+    assert "set ACCELERATE_WARMUP_PATCH to one of these" in line, line
+
+
+@pytest.mark.parametrize("value", ["rset", "of"])
+def test_strict_stops_a_bad_value_before_the_program_through_the_pth(value):
+    # this suite's venv has the real .pth, and site.py runs its lines twice: one line all the same
+    proc = run_python(USER_CODE, env={"ACCELERATE_WARMUP_PATCH": value, STRICT: "1"})
+    _says_what_is_wrong_and_how_to_fix_it(_the_one_line(proc, "SettingsError"), value)
+
+
+def test_strict_stops_a_bad_value_before_the_program_through_sitecustomize(tmp_path):
+    venv = _bare_venv(tmp_path)
+    (venv.site_packages / "sitecustomize.py").write_text("import accelerate_warmup_patch\n")
+    proc = venv.run(USER_CODE, env={"ACCELERATE_WARMUP_PATCH": "rset", STRICT: "1"})
+    _says_what_is_wrong_and_how_to_fix_it(_the_one_line(proc, "SettingsError"), "rset")
+
+
+def test_strict_raises_a_bad_value_out_of_a_plain_import_for_the_caller_to_catch(tmp_path):
+    proc = _bare_venv(tmp_path).run(
+        "try:\n"
+        "    import accelerate_warmup_patch\n"
+        "except ValueError as error:\n"
+        "    print(type(error).__name__, error)\n",
+        env={"ACCELERATE_WARMUP_PATCH": "rset", STRICT: "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("SettingsError ")
+    _says_what_is_wrong_and_how_to_fix_it(proc.stdout, "rset")
+
+
+@pytest.mark.parametrize("route", [".pth", "sitecustomize"])
+def test_strict_stops_before_the_program_when_patching_fails_at_start_up(tmp_path, route):
+    # deepspeed (a fake that patching fails on) is imported by an earlier .pth, so the start-up patches it
+    venv = _bare_venv(tmp_path, _fake_deepspeed(tmp_path))
+    (venv.site_packages / "ab_import_deepspeed.pth").write_text("import deepspeed\n")
+    if route == ".pth":
+        shutil.copy(REPO / "accelerate_warmup_patch.pth", venv.site_packages)
+    else:
+        (venv.site_packages / "sitecustomize.py").write_text("import accelerate_warmup_patch\n")
+    proc = venv.run(USER_CODE, env={"ACCELERATE_WARMUP_PATCH": "reset", STRICT: "1"})
+    assert "patching deepspeed failed" in _the_one_line(proc, "PatchError")
