@@ -41,10 +41,29 @@ def sitecustomize_imports_us() -> str | None:
     return spec.origin if "accelerate_warmup_patch" in Path(spec.origin).read_text(errors="replace") else None
 
 
+def env_mode() -> str | None:
+    """The mode a new process takes from ACCELERATE_WARMUP_PATCH (None when unset or blank), read without
+    the warning or the strict-mode error that settings.env_mode() gives a value it does not accept: a new
+    process falls back to the default then, and ``env_problem`` says so."""
+    raw = os.environ.get(settings.ENV_MODE, "")
+    if not raw.strip():
+        return None
+    return settings.lookup(raw) or settings.DEFAULT
+
+
+def env_problem() -> str | None:
+    """What is wrong with ACCELERATE_WARMUP_PATCH's value, in words, or None when nothing is."""
+    raw = os.environ.get(settings.ENV_MODE, "")
+    if not raw.strip() or settings.lookup(raw) is not None:
+        return None
+    return (f"{settings.ENV_MODE}={raw!r} is not one of: {settings.ACCEPTED}; a new process warns and runs in "
+            f"{settings.DEFAULT} mode (with {settings.ENV_STRICT} set, it stops at start-up): set one of these")
+
+
 def activation() -> dict[str, Any]:
     """Through what the patch would be active in a new process of this environment, and in which mode."""
     raw = os.environ.get(settings.ENV_MODE)
-    mode = settings.env_mode()
+    mode = env_mode()
     pth, custom = pth_installed(), sitecustomize_imports_us()
     through = []
     if mode not in (None, settings.Mode.OFF) and pth:
@@ -68,7 +87,7 @@ def multinode(deepspeed: str | None, active: dict[str, Any]) -> dict[str, Any]:
     carries = False
     if level is releases.Support.UNSUPPORTED:
         why = f"DeepSpeed {deepspeed} is older than {releases.DEEPSPEED_FLOOR}: nothing is patched or exported"
-    elif active["env"] is not None and settings.env_mode() == settings.Mode.OFF and active["pth"]:
+    elif active["env"] is not None and env_mode() == settings.Mode.OFF and active["pth"]:
         carries = True  # off patches nothing but the launcher, so that the kill switch reaches every node
         why = (f"{settings.ENV_MODE}=off: nothing is patched, but the deepspeed launcher exports off to every node "
                f"(a line in .deepspeed_env wins over the launching shell)")
@@ -99,6 +118,9 @@ def report() -> dict[str, Any]:
         problems.append(f"accelerate {accelerate} is {releases.accelerate_support(accelerate).value} (table: "
                         f"{releases.ACCELERATE_FLOOR} to {releases.NEWEST_ACCELERATE})")
     active = activation()
+    bad_value = env_problem()
+    if bad_value is not None:
+        problems.append(bad_value)
     if not active["active_at_start_up"]:
         problems.append(f"the patch would not be active at start-up (set {settings.ENV_MODE}=reset)")
     verdicts = {name: releases.verdict(name, deepspeed) for name in releases.scheduler_classes()} if deepspeed else {}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import GOLDEN, installed
 
-from accelerate_warmup_patch import demo, releases
+from accelerate_warmup_patch import demo, releases, settings
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -55,6 +55,23 @@ def test_doctor_strict_fails_when_the_patch_would_not_be_active(env):
     proc = _cli("doctor", "--strict", env=env)
     assert proc.returncode == 1
     assert "would not be active" in proc.stdout
+
+
+@pytest.mark.parametrize("value", ["rset", "of"])  # "of" was meant as off: a new process would run patched
+def test_doctor_strict_fails_on_a_value_it_does_not_accept(value):
+    proc = _cli("doctor", "--strict", env={"ACCELERATE_WARMUP_PATCH": value})
+    assert proc.returncode == 1, proc.stdout
+    problems = [line for line in proc.stdout.splitlines() if line.strip().startswith("problem:")]
+    assert len(problems) == 1, proc.stdout
+    assert f"ACCELERATE_WARMUP_PATCH={value!r} is not one of: {settings.ACCEPTED}" in problems[0]
+    assert "OK" not in proc.stdout.splitlines()
+    assert "WARNING" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr  # doctor reports it
+
+
+def test_doctor_json_lists_a_value_it_does_not_accept_as_a_problem():
+    data = json.loads(_cli("doctor", "--json", env={"ACCELERATE_WARMUP_PATCH": "rset"}).stdout)
+    assert any("ACCELERATE_WARMUP_PATCH='rset'" in problem for problem in data["problems"]), data["problems"]
+    assert data["activation"]["mode"] == "reset"  # what a new process falls back to
 
 
 @pytest.mark.parametrize("version, word", [("0.8.3", "unsupported"), ("9.0.0", "untested")])
