@@ -19,13 +19,15 @@ if TYPE_CHECKING:  # typing is for the type checker only; nothing here needs it 
 # deepspeed's hook reaches its submodules itself: deepspeed/__init__.py has imported them by then,
 # and only then is deepspeed.__version__, which decides what is wrapped, set.
 _LAUNCHER = "deepspeed.launcher.multinode_runner"
+_DEEPSPEED_SCHEDULES = "deepspeed.runtime.lr_schedules"  # imported by deepspeed/__init__.py
 _TARGETS = {
     "deepspeed": "patch.patch_deepspeed",
     "accelerate.utils.deepspeed": "patch.patch_accelerate",
     _LAUNCHER: "launcher.patch_runners",
 }
 _applied_by: "list[str]" = []
-_mode: "str | None" = None
+# the one record of the mode: None while nothing is armed; the wrappers read it on every call
+active_mode: "str | None" = None
 
 
 def _hook_for(target: str) -> "bootstrap.Hook":
@@ -36,7 +38,6 @@ def _hook_for(target: str) -> "bootstrap.Hook":
 
         from . import failures, patch
 
-        patch.state.mode = _mode or settings.DEFAULT
         mark = len(patch.state.patched)
         try:
             getattr(importlib.import_module(f"{__package__}.{module_name}"), function_name)(module)
@@ -56,43 +57,56 @@ def apply(mode: "str | None" = None, *, via: str = "apply()") -> str:
     """Arm the patch in ``mode`` (default: ACCELERATE_WARMUP_PATCH, else ``reset``); returns the mode.
 
     ACCELERATE_WARMUP_PATCH=off in the environment wins over everything: nothing is patched.
-    Applying again changes the mode but never wraps twice.
+    Applying again changes the mode but never wraps twice. Applied after deepspeed was imported, it
+    also settles the engines and schedulers built before it that are still fresh.
     """
-    global _mode
+    global active_mode
     resolved = settings.resolve(mode)
     if resolved == Mode.OFF:
-        if _mode is not None:
+        if active_mode is not None:
             remove()
         return resolved
-    if _mode is not None and resolved != _mode:
+    if active_mode is not None and resolved != active_mode:
         from . import log
 
-        log.info("mode changed from %s to %s (%s)", _mode, resolved, via)
-    _mode = resolved
+        log.info("mode changed from %s to %s (%s)", active_mode, resolved, via)
+    active_mode = resolved
     _applied_by.append(via)
-    _sync_loaded_patch()
+    late = _DEEPSPEED_SCHEDULES in sys.modules
+    wrapped_before = _wrapped_count()
     # again on every apply(): a hook whose module is loaded runs at once, and wraps only what is not
     # wrapped already (what a reload of deepspeed put there)
     for name, hook in _HOOKS.items():
         bootstrap.when_imported(name, hook)
     bootstrap.sweep()
+    if late and _wrapped_count() > wrapped_before:
+        _settle_live()
     return resolved
 
 
-def _sync_loaded_patch() -> None:
+def _wrapped_count() -> int:
     patch = sys.modules.get("accelerate_warmup_patch.patch")
-    if patch is not None and _mode is not None:
-        patch.state.mode = _mode
+    return len(patch.state.patched) if patch is not None else 0
+
+
+def _settle_live() -> None:
+    from . import failures, patch
+
+    try:
+        patch.settle_live()
+    except Exception as error:
+        failures.report("settle-live", "settling the schedulers built before the patch was applied", error,
+                        "those schedulers run as unpatched; new ones are fixed")
 
 
 def remove() -> None:
     """Undo apply() and the import's arming: no hook is pending, every wrapped function is the original."""
-    global _mode
+    global active_mode
     bootstrap.cancel_all()
     patch = sys.modules.get("accelerate_warmup_patch.patch")
     if patch is not None:
         patch.unpatch_all()
-    _mode = None
+    active_mode = None
     _applied_by.clear()
 
 
@@ -104,7 +118,7 @@ def status() -> "dict[str, Any]":
     patched = patch.in_place() if patch else []
     deepspeed_version = releases.installed("deepspeed")
     return {
-        "mode": _mode or Mode.OFF,
+        "mode": active_mode or Mode.OFF,
         "applied_by": list(dict.fromkeys(_applied_by)),
         "patched": patched,
         "waiting_for": bootstrap.pending(list(_HOOKS.values())),
@@ -122,16 +136,16 @@ def arm_from_environment(via: str = "environment") -> None:
     With ``off`` nothing is patched, except that DeepSpeed's multi-node launcher, if this process is
     one, carries ``off`` to the other nodes: the kill switch reaches every rank, as ``reset`` does.
     """
-    mode = settings.env_mode()
-    if mode == Mode.OFF:
+    wanted = settings.env_mode()
+    if wanted == Mode.OFF:
         bootstrap.when_imported(_LAUNCHER, _HOOKS[_LAUNCHER])
-    elif mode is not None:
+    elif wanted is not None:
         apply(via=via)
 
 
 def armed() -> bool:
     """True between an apply() that patches and the next remove()."""
-    return _mode is not None
+    return active_mode is not None
 
 
 def take_over() -> None:

@@ -1,25 +1,25 @@
-"""The wrapt wrappers, and the one routine that starts a scheduler where the newest DeepSpeed starts it.
+"""The wrapt wrappers, and the one routine that changes a scheduler's lrs.
 
 Loaded only once deepspeed or accelerate is imported (see ``bootstrap``): wrapt costs ~50 ms.
 
-- The fix, where upstream made it (PR #6597): the constructors of ``WarmupLR`` (which
-  ``WarmupDecayLR`` and user subclasses run through ``super().__init__``) and ``WarmupCosineLR``, on
-  the releases where the guard table says they start differently from the newest release. Right
-  after the original ``__init__`` returns at ``last_batch_iteration == -1``, every param group
-  starts where the newest release starts it, however and wherever the scheduler was built.
-- The nets: ``deepspeed.initialize`` and accelerate's ``DeepSpeedEngineWrapper.backward`` run the
-  same routine for a scheduler built before the patch was applied, and are where ``step`` mode
-  steps a fresh scheduler once before the first optimizer step.
-- ``DeepSpeedEngine.load_checkpoint``: when the optimizer's lr was not restored, it is aligned with
-  the scheduler the checkpoint restored.
+- The fix, where upstream made it: each method of the warmup schedulers that carries a change the
+  guard table backports (``releases.UPSTREAM_CHANGES``) and the running release lacks: the
+  constructors (the start lr, the default peak, an unknown warmup_type), ``get_lr`` and
+  ``get_lr_ratio`` (what they return before the first step; the cosine past its total).
+- The nets: ``deepspeed.initialize`` and accelerate's ``DeepSpeedEngineWrapper.backward`` settle a
+  scheduler built before the patch was applied, and are where ``step`` mode steps a fresh scheduler
+  once before the first optimizer step. ``apply()`` after deepspeed was imported settles the live
+  ones once (``settle_live``).
+- ``DeepSpeedEngine.load_checkpoint``: on a release that starts the class wrong, the optimizer's lr
+  is aligned with the scheduler the checkpoint restored when the optimizer's lr was not restored.
 
-Every failure goes through ``failures.report``: it restores what it changed and warns, or raises in
-strict mode.
+The nets change only a scheduler that this release builds otherwise than the newest release, and
+every lr is written the way the running release writes it (``schedules.write``). Every failure goes
+through ``failures.report``: what was changed is restored, then a warning, or strict mode raises.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import inspect
 import sys
@@ -31,7 +31,7 @@ from typing import Any
 
 import wrapt
 
-from . import failures, log, releases, schedules
+from . import api, failures, log, releases, schedules
 from .settings import Mode
 
 
@@ -50,27 +50,49 @@ class _Patched:
         return f"{self.owner.__module__}.{self.owner.__qualname__}.{self.name}"
 
     def in_place(self) -> bool:
-        """False once the owner no longer holds our wrapper (a reload, someone else's setattr)."""
-        current = getattr(self.owner, self.name, None) if isinstance(self.owner, ModuleType) \
-            else vars(self.owner).get(self.name)
-        return current is self.wrapper
+        """True while the wrapper is what a caller reaches: the owner holds it, and the owner is still what
+        its module exports (a reload makes new classes and functions that were never wrapped)."""
+        if isinstance(self.owner, ModuleType):
+            return sys.modules.get(self.owner.__name__) is self.owner and \
+                getattr(self.owner, self.name, None) is self.wrapper
+        module = sys.modules.get(self.owner.__module__)
+        current_owner = getattr(module, self.owner.__qualname__, None) if "." not in self.owner.__qualname__ \
+            else self.owner
+        return current_owner is self.owner and vars(self.owner).get(self.name) is self.wrapper
 
 
 @dataclass
 class _State:
-    mode: str = Mode.RESET
-    active: bool = False
     patched: list[_Patched] = field(default_factory=list)
     deepspeed_version: str | None = None
     accelerate_version: str | None = None
     fixes: int = 0
 
 
+class _Seen:
+    """Objects seen, by id (a scheduler may be unhashable), forgotten when they die. An object without
+    __weakref__ is not remembered: its id could be reused by a newer object while it is recorded."""
+
+    def __init__(self) -> None:
+        self._ids: set[int] = set()  # a set of ints: the check runs on every backward
+
+    def __contains__(self, obj: object) -> bool:
+        return id(obj) in self._ids
+
+    def add(self, obj: object) -> None:
+        key = id(obj)
+        if key in self._ids:
+            return
+        try:
+            weakref.finalize(obj, self._ids.discard, key)
+        except TypeError:
+            return
+        self._ids.add(key)
+
+
 state = _State()
-_started: weakref.WeakSet[Any] = weakref.WeakSet()  # schedulers whose start the routine has settled
-# the ids of the live schedulers a net has seen (step mode steps each once); an id leaves when its
-# scheduler dies, before it can be reused. A set of ints: the check runs on every backward.
-_netted: set[int] = set()
+_settled = _Seen()  # schedulers whose build-time behaviour the patch has decided on: one try each
+_netted = _Seen()  # schedulers a net has seen (step mode steps each once)
 
 
 # Patching --------------------------------------------------------------------------------
@@ -82,7 +104,7 @@ def _wrap(owner: Any, name: str, wrapper: Callable[..., Any]) -> None:
                 return  # one wrap, however often apply() runs
             state.patched.remove(patched)  # stale (the owner was reloaded): wrap what is there now
     original = vars(owner)[name] if isinstance(owner, type) else getattr(owner, name)
-    # no `enabled=` callable: it costs a Python call per call; the wrappers read state.active
+    # no `enabled=` callable: it costs a Python call per call; the wrappers read api.active_mode
     function_wrapper = wrapt.FunctionWrapper(original, wrapper)
     setattr(owner, name, function_wrapper)
     state.patched.append(_Patched(owner, name, original, function_wrapper))
@@ -100,13 +122,12 @@ def unpatch_since(mark: int) -> None:
 
 
 def unpatch_all() -> None:
-    """Put every original back; a wrapper someone stacked on ours stays, with ours disabled."""
-    state.active = False
+    """Put every original back; a wrapper someone stacked on ours stays, disabled (api.active_mode is None)."""
     unpatch_since(0)
 
 
 def in_place() -> list[str]:
-    """The labels of the wrappers that are in place now."""
+    """The labels of the wrappers that callers reach now."""
     return [p.label for p in state.patched if p.in_place()]
 
 
@@ -121,17 +142,17 @@ def patch_deepspeed(module: ModuleType) -> None:
         return
     if level is releases.Support.UNTESTED:
         log.warn_once("ds-untested", "DeepSpeed %s is newer than %s, the newest release this patch was "
-                      "tested on; it acts only where it sees a scheduler start at the wrong lr",
+                      "tested on; it has every change the patch backports, so only step mode acts",
                       version, releases.NEWEST_DEEPSPEED)
     lr_schedules = sys.modules[schedules.SCHEDULES_MODULE]  # deepspeed/__init__.py imported both
     engine_class = sys.modules["deepspeed.runtime.engine"].DeepSpeedEngine
-    for name in releases.constructors_to_fix(version):
-        cls = getattr(lr_schedules, name)
-        _wrap(cls, "__init__", _constructor_wrapper(inspect.signature(vars(cls)["__init__"])))
+    for target in releases.methods_to_fix(version):
+        class_name, method = target.split(".")
+        cls = getattr(lr_schedules, class_name)
+        _wrap(cls, method, _method_wrapper(method, vars(cls)[method]))
     _wrap(module, "initialize", _initialize_wrapper)
     _wrap(engine_class, "load_checkpoint", _load_checkpoint_wrapper(
         inspect.signature(vars(engine_class)["load_checkpoint"])))
-    state.active = True
 
 
 def patch_accelerate(module: ModuleType) -> None:
@@ -153,23 +174,30 @@ def patch_accelerate(module: ModuleType) -> None:
         log.warn_once("acc-untested", "accelerate %s is newer than %s, the newest release this patch was "
                       "tested on", version, releases.NEWEST_ACCELERATE)
     _wrap(engine_wrapper, "backward", _backward_wrapper)
-    state.active = True
 
 
-# Wrappers --------------------------------------------------------------------------------
+# The scheduler methods -------------------------------------------------------------------
+
+def _method_wrapper(method: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    if method == "__init__":
+        return _constructor_wrapper(inspect.signature(original))
+    if method == "get_lr":
+        return _get_lr_wrapper
+    if method == "get_lr_ratio":
+        return _get_lr_ratio_wrapper
+    raise LookupError(f"no wrapper for {method}")
+
 
 def _constructor_wrapper(signature: inspect.Signature) -> Callable[..., Any]:
     """The wrapper of one scheduler class's ``__init__``; ``signature`` is the original's."""
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-        if not state.active or instance is None or state.mode == Mode.OFF:
+        if api.active_mode is None or instance is None:
             return wrapped(*args, **kwargs)
         construction = _capture(signature, instance, args, kwargs)
         result = wrapped(*args, **kwargs)
-        name = schedules.class_name(instance)
-        if name is not None and schedules.is_fresh(instance) and instance not in _started:
-            # a failed capture has said that the default peak is left alone: no second warning about it
-            _start_guarded(instance, name, construction, "at construction", peak=construction is not None)
+        # a failed capture has said that the default peak is left alone: no second warning about it
+        settle(instance, construction, "at construction", peak_known=construction is not None)
         return result
 
     return wrapper
@@ -187,6 +215,36 @@ def _capture(signature: inspect.Signature, instance: Any, args: Any, kwargs: Any
         return None
 
 
+def _get_lr_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
+    result = wrapped(*args, **kwargs)  # before the first step it logs the release's warning, as the newest does
+    if api.active_mode is None or instance is None:
+        return result
+    try:
+        if instance.last_batch_iteration < 0:
+            return schedules.lr_before_start(instance, schedules.class_name(instance) or "")
+    except Exception as error:
+        failures.report("get_lr", f"get_lr() of {type(instance).__name__} before its first step", error,
+                        "get_lr() returns what this DeepSpeed returns")
+    return result
+
+
+def _get_lr_ratio_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
+    if api.active_mode is None or instance is None:
+        return wrapped(*args, **kwargs)
+    try:
+        version = deepspeed_version()
+        if instance.last_batch_iteration < 0 and releases.lacks("ratio_before_start", "WarmupCosineLR", version):
+            wrapped(*args, **kwargs)  # the release's warning, as the newest logs it
+            return 0.0
+        if instance.last_batch_iteration >= instance.warmup_num_steps and \
+                releases.lacks("ratio_past_warmup", "WarmupCosineLR", version):
+            return schedules.cosine_ratio(instance)
+    except Exception as error:
+        failures.report("get_lr_ratio", f"get_lr_ratio() of {type(instance).__name__}", error,
+                        "get_lr_ratio() returns what this DeepSpeed returns")
+    return wrapped(*args, **kwargs)
+
+
 def _torch_optimizer(optimizer: Any) -> Any:
     """What DeepSpeed's schedulers unwrap to (get_torch_optimizer): the torch optimizer itself."""
     import torch
@@ -197,9 +255,11 @@ def _torch_optimizer(optimizer: Any) -> Any:
     return optimizer
 
 
+# The nets --------------------------------------------------------------------------------
+
 def _initialize_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
     result = wrapped(*args, **kwargs)  # the original first: our logic never changes its inputs
-    if state.active:
+    if api.active_mode is not None:
         prepare_first_step(_first_of(result))
     return result
 
@@ -210,7 +270,7 @@ def _first_of(result: Any) -> Any:
 
 
 def _backward_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-    if state.active:
+    if api.active_mode is not None:
         prepare_first_step(getattr(instance, "engine", None))
     return wrapped(*args, **kwargs)
 
@@ -218,7 +278,7 @@ def _backward_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwa
 def _load_checkpoint_wrapper(signature: inspect.Signature) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
         result = wrapped(*args, **kwargs)
-        if _first_of(result) is not None and state.active and state.mode != Mode.OFF:
+        if _first_of(result) is not None and api.active_mode is not None:
             try:
                 if not _optimizer_lr_restored(signature, instance, args, kwargs):
                     align_after_load(instance)
@@ -236,82 +296,102 @@ def _optimizer_lr_restored(signature: inspect.Signature, engine: Any, args: Any,
     return bool(arguments.arguments["load_optimizer_states"]) and not arguments.arguments.get("load_module_only")
 
 
-# The routine -----------------------------------------------------------------------------
-
-def prepare_first_step(engine: Any) -> None:
-    """Before an engine's first optimizer step: its scheduler starts where the newest release starts it
-    (if the constructor's fix did not run: a scheduler built before the patch), and in ``step``
-    mode it is stepped once."""
+def prepare_first_step(engine: Any, when: str = "before the first optimizer step") -> None:
+    """Before an engine's first optimizer step: a scheduler built before the patch was applied is settled
+    as the constructor's fix would have, and in ``step`` mode a fresh scheduler is stepped once."""
     scheduler = getattr(engine, "lr_scheduler", None)
-    if scheduler is None or id(scheduler) in _netted:
+    if scheduler is None or scheduler in _netted:
         return
-    try:
-        weakref.finalize(scheduler, _netted.discard, id(scheduler))
-    except TypeError:
-        return  # not weak-referenceable, so not a DeepSpeed scheduler either
-    _netted.add(id(scheduler))
-    name = schedules.class_name(scheduler)
-    if name is None or not schedules.is_fresh(scheduler) or state.mode == Mode.OFF:
-        return  # not DeepSpeed's, or it has stepped (a resumed run): left alone
-    if scheduler not in _started:
-        _start_guarded(scheduler, name, _construction_from_config(engine, scheduler, name),
-                       "before the first optimizer step")
-    if state.mode == Mode.STEP:
-        _step_once_guarded(scheduler, name)
+    _netted.add(scheduler)
+    if scheduler not in _settled:
+        settle(scheduler, _construction_from_config(engine, scheduler), when)
+    if api.active_mode == Mode.STEP:
+        _step_once(scheduler)
 
 
-def _construction_from_config(engine: Any, scheduler: Any, name: str) -> schedules.Construction | None:
+def settle_live() -> None:
+    """``apply()`` after deepspeed was imported: settle the engines and schedulers built before it, once."""
+    import gc
+
+    engine_class = sys.modules["deepspeed.runtime.engine"].DeepSpeedEngine
+    lr_schedules = sys.modules[schedules.SCHEDULES_MODULE]
+    classes = tuple(c for c in (getattr(lr_schedules, name, None) for name in schedules.KNOWN) if isinstance(c, type))
+    engines, schedulers = [], []
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, engine_class):
+                engines.append(obj)
+            elif isinstance(obj, classes):
+                schedulers.append(obj)
+        except Exception:  # an object whose __class__ raises is neither
+            continue
+    when = "when the patch was applied (built before it)"
+    for engine in engines:
+        prepare_first_step(engine, when)
+    for scheduler in schedulers:
+        if scheduler not in _settled:
+            settle(scheduler, None, when)
+
+
+def _construction_from_config(engine: Any, scheduler: Any) -> schedules.Construction | None:
     """What the constructor saw, for a scheduler built from the engine's config before the patch.
 
     Only where the release's constructor leaves the optimizer's lr: the groups still hold the lrs
     they were built with. Elsewhere (a client scheduler, or a release that overwrote them) unknown.
     """
-    if getattr(engine, "client_lr_scheduler", True) or not callable(getattr(engine, "scheduler_params", None)):
+    name = schedules.class_name(scheduler)
+    if name is None or getattr(engine, "client_lr_scheduler", True) or not callable(getattr(engine, "scheduler_params",
+                                                                                              None)):
         return None
-    fact = releases.start_fact(name, deepspeed_version())
-    untouched = fact is not None and fact.start is releases.Start.LEAVES_OPTIMIZER_LR
+    untouched = releases.lacks("start", name, deepspeed_version())
     lrs = tuple(g["lr"] for g in scheduler.optimizer.param_groups) if untouched else None
     return schedules.Construction(lrs, (engine.scheduler_params() or {}).get("warmup_max_lr") is not None)
 
 
-def _start_guarded(scheduler: Any, name: str, construction: schedules.Construction | None, when: str,
-                   peak: bool = True) -> None:
-    with contextlib.suppress(TypeError):  # a subclass without __weakref__ is simply not remembered
-        _started.add(scheduler)  # settled, whatever happens below: one try, one warning at most
+# The routine -----------------------------------------------------------------------------
+
+def settle(scheduler: Any, construction: schedules.Construction | None, when: str, peak_known: bool = True) -> None:
+    """A fresh scheduler that this release builds otherwise than the newest: build-time behaviour of the
+    newest, once. Anything else is left exactly as the release made it."""
     try:
-        _start(scheduler, name, construction, when, peak)
+        name = schedules.class_name(scheduler)
+        version = deepspeed_version()
+        if name is None or not schedules.is_fresh(scheduler) or not releases.built_wrong(name, version):
+            return
+        _settled.add(scheduler)
     except Exception as error:
-        failures.report("start", f"starting {name} where DeepSpeed {releases.BEHAVIOR_REFERENCE} starts it", error,
+        failures.report("start", f"looking at {type(scheduler).__name__}", error,
                         "that scheduler runs exactly as unpatched (this warning is not repeated)")
-
-
-def _start(scheduler: Any, name: str, construction: schedules.Construction | None, when: str, peak: bool) -> None:
-    version = deepspeed_version()
-    groups = scheduler.optimizer.param_groups
-    saved = _snapshot(scheduler, groups)
-    try:
-        peak_changed = peak and _backport_default_peak(scheduler, name, construction, version)
-        before = [schedules.lr_value(g["lr"]) for g in groups]
-        for group, target in zip(groups, schedules.newest_start_lrs(scheduler, name)):
-            if schedules.lr_value(group["lr"]) != schedules.lr_value(target):
-                schedules.set_group_lr(group, target)
-        after = [schedules.lr_value(g["lr"]) for g in groups]
-    except BaseException:
-        _restore(scheduler, groups, saved)
-        raise
-    changes = [f"group {i} lr {old!r} -> {new!r}" for i, (old, new) in enumerate(zip(before, after)) if old != new]
+        return
+    peak: list[bool] = []
+    changes = _change(scheduler, "start", f"starting {name} where DeepSpeed {releases.BEHAVIOR_REFERENCE} starts it",
+                      lambda: peak.append(_build_as_newest(scheduler, name, construction, version, peak_known)),
+                      "that scheduler runs exactly as unpatched (this warning is not repeated)")
     if changes:
-        scheduler._last_lr = [g["lr"] for g in groups]  # what the newest release's constructor leaves
         log.info("%s: %s %s (%s)", name, "; ".join(changes), when, _why(name, version))
-    if changes or peak_changed:
+    if changes or any(peak):
         state.fixes += 1
+
+
+def _build_as_newest(scheduler: Any, name: str, construction: schedules.Construction | None, version: str,
+                     peak_known: bool) -> bool:
+    """What the newest constructor does after this release's: returns whether the peak changed."""
+    if releases.lacks("unknown_warmup_type", name, version) and scheduler.warmup_type not in ("log", "linear"):
+        from deepspeed.utils import logger  # DeepSpeed's own words, as 0.19.4+ logs them
+
+        logger.warning(f"Using unknown warmup_type: {scheduler.warmup_type}. The increasing function "
+                       f"is set to default (log)")
+        scheduler.warmup_type = "log"
+    peak = peak_known and releases.lacks("default_peak", name, version) and \
+        _backport_default_peak(scheduler, name, construction, version)
+    if releases.lacks("start", name, version):  # the newest constructor's last line, asking the instance
+        scheduler._last_lr = schedules.write(scheduler.optimizer.param_groups, scheduler.get_lr(), version)
+    return peak
 
 
 def _backport_default_peak(scheduler: Any, name: str, construction: schedules.Construction | None,
                            version: str) -> bool:
     """WarmupLR without a warmup_max_lr peaks at each group's own lr on the newest release."""
-    if not schedules.default_peak_differs(name, version):
-        return False
     try:
         if construction is None:
             raise LookupError("whether it was given a warmup_max_lr is unknown")
@@ -333,54 +413,64 @@ def _backport_default_peak(scheduler: Any, name: str, construction: schedules.Co
     return True
 
 
-def _step_once_guarded(scheduler: Any, name: str) -> None:
-    groups = scheduler.optimizer.param_groups
-    saved = _snapshot(scheduler, groups)
-    try:
-        before = [schedules.lr_value(g["lr"]) for g in groups]
-        scheduler.step()
-    except Exception as error:
-        _restore(scheduler, groups, saved)
-        failures.report("step", f"stepping {name} once (mode=step)", error,
-                        "that scheduler runs as in mode reset (this warning is not repeated)")
-        return
-    after = [schedules.lr_value(g["lr"]) for g in groups]
-    state.fixes += 1
-    log.info("%s: stepped once before the first optimizer step: %s (mode=step: step k uses lr(k))", name,
-             "; ".join(f"group {i} lr {old!r} -> {new!r}" for i, (old, new) in enumerate(zip(before, after))))
+def _step_once(scheduler: Any) -> None:
+    name = schedules.class_name(scheduler)
+    if name is None or not schedules.is_fresh(scheduler):
+        return  # not DeepSpeed's, or it has stepped (a resumed run): left alone
+    changes = _change(scheduler, "step", f"stepping {name} once (mode=step)", scheduler.step,
+                      "that scheduler runs as in mode reset (this warning is not repeated)", all_groups=True)
+    if changes is not None:
+        state.fixes += 1
+        log.info("%s: stepped once before the first optimizer step: %s (mode=step: step k uses lr(k))", name,
+                 "; ".join(changes))
 
 
 def align_after_load(engine: Any) -> None:
     """After a checkpoint load that did not restore the optimizer's lr, each group holds the lr its
-    scheduler says, as in an uninterrupted run.
+    scheduler says, as in an uninterrupted run: on a release that builds the class wrong (the fresh
+    optimizer holds a wrong lr), and in step mode; the newest release itself does not align in reset mode.
 
-    With load_optimizer_states=False (or a module-only load) the optimizer keeps the lr of the
-    fresh run while the scheduler resumes mid-schedule: every release, the newest included, then
-    runs the first resumed step at a stale lr. Where the optimizer's states were loaded, the
-    caller never gets here: the restored lr is the checkpoint's, as on the newest release.
+    Where the optimizer's states were loaded, the caller never gets here: the restored lr is the
+    checkpoint's, as on the newest release.
     """
     scheduler: Any = getattr(engine, "lr_scheduler", None)
     name = schedules.class_name(scheduler) if scheduler is not None else None
-    if name is None:
+    version = deepspeed_version()
+    if name is None or not (releases.lacks("start", name, version) or api.active_mode == Mode.STEP):
         return
-    fresh = schedules.is_fresh(scheduler)
-    targets = schedules.newest_start_lrs(scheduler, name) if fresh else list(scheduler.get_lr())
     groups = scheduler.optimizer.param_groups
-    saved = _snapshot(scheduler, groups)
-    changes = []
-    try:
-        for index, (group, target) in enumerate(zip(groups, targets)):
-            old = schedules.lr_value(group["lr"])
-            if old != schedules.lr_value(target):
-                schedules.set_group_lr(group, target)
-                changes.append(f"group {index} lr {old!r} -> {schedules.lr_value(target)!r}")
-    except BaseException:
-        _restore(scheduler, groups, saved)
-        raise
+
+    def align() -> None:
+        targets = scheduler.get_lr()
+        if [schedules.lr_value(g["lr"]) for g in groups] != [schedules.lr_value(t) for t in targets]:
+            schedules.write(groups, targets, version)
+
+    changes = _change(scheduler, "align", "aligning the lr after load_checkpoint", align,
+                      "the lr after this load is left as DeepSpeed set it")
     if changes:
         state.fixes += 1
         log.info("%s: %s after load_checkpoint (the scheduler resumed at iteration %s; the optimizer's lr "
                  "was not restored from the checkpoint)", name, "; ".join(changes), scheduler.last_batch_iteration)
+
+
+def _change(scheduler: Any, key: str, what: str, action: Callable[[], object], consequence: str,
+            all_groups: bool = False) -> list[str] | None:
+    """The one way the patch changes a scheduler: snapshot, act, restore on error and report; returns the
+    groups' lr changes (every group's with ``all_groups``), or None when it failed and restored."""
+    saved = None
+    try:
+        groups = scheduler.optimizer.param_groups
+        saved = _snapshot(scheduler, groups)
+        before = [schedules.lr_value(g["lr"]) for g in groups]
+        action()
+        after = [schedules.lr_value(g["lr"]) for g in groups]
+    except Exception as error:
+        if saved is not None:
+            _restore(scheduler, groups, saved)
+        failures.report(key, what, error, consequence)
+        return None
+    return [f"group {i} lr {old!r} -> {new!r}" for i, (old, new) in enumerate(zip(before, after))
+            if all_groups or old != new]
 
 
 def deepspeed_version() -> str:
@@ -399,21 +489,25 @@ def _fmt(values: list[Any]) -> str:
     return "[" + ", ".join(repr(schedules.lr_value(v)) for v in values) + "]"
 
 
-def _snapshot(scheduler: Any, groups: list[dict[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
-    return copy.copy(vars(scheduler)), _lr_copies(groups)
+_Snapshot = tuple[dict[str, Any], list[Any], list[Any]]
+
+
+def _snapshot(scheduler: Any, groups: list[dict[str, Any]]) -> _Snapshot:
+    """The scheduler's attributes, and each group's lr object with a copy of its value (a tensor lr may be
+    filled in place by the release's step)."""
+    return copy.copy(vars(scheduler)), [g["lr"] for g in groups], _lr_copies(groups)
 
 
 def _lr_copies(groups: list[dict[str, Any]]) -> list[Any]:
-    """Each group's lr as it is now: a tensor lr is cloned, since the scheduler changes it in place."""
+    """Each group's lr as it is now: a tensor lr is cloned, since a release may change it in place."""
     return [g["lr"].clone() if hasattr(g["lr"], "clone") else g["lr"] for g in groups]
 
 
-def _restore(scheduler: Any, groups: list[dict[str, Any]], saved: tuple[dict[str, Any], list[Any]]) -> None:
-    attributes, lrs = saved
+def _restore(scheduler: Any, groups: list[dict[str, Any]], saved: _Snapshot) -> None:
+    attributes, objects, values = saved
     vars(scheduler).clear()
     vars(scheduler).update(attributes)
-    for group, lr in zip(groups, lrs):
-        if hasattr(group["lr"], "copy_") and hasattr(lr, "shape"):
-            group["lr"].copy_(lr)
-        else:
-            group["lr"] = lr
+    for group, lr, value in zip(groups, objects, values):
+        if hasattr(lr, "copy_") and hasattr(value, "shape"):
+            lr.copy_(value)
+        group["lr"] = lr

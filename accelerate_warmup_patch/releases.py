@@ -131,6 +131,105 @@ WARMUP_MAX_LR_DEFAULTS: tuple[MaxLrFact, ...] = (
               f"{_LR_SCHEDULES} @ v0.19.4 (PR #8171): [group['lr'] for group in groups]"),
 )
 
+
+@dataclass(frozen=True)
+class Change:
+    """One change upstream made to the warmup schedulers' lrs since DEEPSPEED_FLOOR.
+
+    ``key`` is what the patch asks about (``lacks``); ``method`` is where the newest release carries it,
+    and what the patch wraps on a release that lacks a backported change."""
+
+    key: str
+    scheduler: str
+    method: str
+    release: str  # the first release with the change
+    pr: str
+    what: str
+    backported: bool
+    why: str  # how the patch reproduces it, or why it does not
+
+    @property
+    def target(self) -> str:
+        return f"{self.scheduler}.{self.method}"
+
+
+_NOT_RUN = "the release's own constructor raises first: the patch cannot run before it"
+UPSTREAM_CHANGES: tuple[Change, ...] = (
+    Change("log_of_warmup_steps", "WarmupCosineLR", "__init__", "0.12.4", "#4688",
+           "warmup_num_steps below 2 no longer raises (math.log of the raw argument)", False,
+           f"0.12.3 only; {_NOT_RUN}"),
+    Change("get_last_lr", "WarmupCosineLR", "get_last_lr", "0.12.4", "#4688",
+           "get_last_lr() exists", False, "0.12.3 only; an API, not an lr"),
+    Change("start", "WarmupLR", "__init__", "0.15.3", "#6597",
+           "the constructor writes get_lr() into every group at last_batch_iteration -1 and sets _last_lr", True,
+           "after the original __init__: the release's own write of the instance's get_lr()"),
+    Change("get_lr_before_start", "WarmupLR", "get_lr", "0.15.3", "#6597",
+           "get_lr() before the first step returns min_lrs (was [0.0])", True,
+           "get_lr() returns the instance's min_lrs while last_batch_iteration < 0"),
+    Change("default_peak", "WarmupLR", "__init__", "0.17.2", "#7360",
+           "no warmup_max_lr: the peak is group 0's lr (was 0.001)", True, "superseded by #8171 below"),
+    Change("tensor_type", "every class", "update_lr", "0.18.1", "#7633",
+           "a step keeps a tensor lr a tensor (a new one-element tensor; before: a float)", False,
+           "the value each step uses is the same; only the object the group holds differs"),
+    Change("start", "WarmupCosineLR", "__init__", "0.19.0", "#7969",
+           "the constructor starts every group at 0.0 (0.15.3-0.18.9: group 0 only)", True,
+           "after the original __init__: the release's own write of the instance's get_lr()"),
+    Change("get_lr_before_start", "WarmupCosineLR", "get_lr", "0.19.0", "#7969",
+           "get_lr() before the first step returns 0.0 per group (was [0.0])", True,
+           "get_lr() returns 0.0 per group while last_batch_iteration < 0"),
+    Change("ratio_before_start", "WarmupCosineLR", "get_lr_ratio", "0.19.0", "#7969",
+           "get_lr_ratio() before the first step returns 0.0 (was [0.0])", True,
+           "get_lr_ratio() returns 0.0 while last_batch_iteration < 0"),
+    Change("validation", "WarmupLR, WarmupCosineLR", "__init__", "0.19.3", "#8126",
+           "warmup_num_steps that is not a positive int raises ValueError", False,
+           "a new validation: it would stop jobs that run today"),
+    Change("ratio_past_warmup", "WarmupCosineLR", "get_lr_ratio", "0.19.3", "#8142",
+           "past total_num_steps the ratio holds cos_min_ratio (was: the cosine swings back up); "
+           "total_num_steps == warmup_num_steps no longer divides by zero", True,
+           "get_lr_ratio() past the warmup is 0.19.3's formula, on the instance's attributes"),
+    Change("unknown_warmup_type", "WarmupCosineLR", "__init__", "0.19.4", "#8151",
+           "an unknown warmup_type warns and uses log (was: UnboundLocalError at the first step)", True,
+           "after the original __init__: the same warning, and warmup_type 'log'"),
+    Change("default_peak", "WarmupLR", "__init__", "0.19.4", "#8171",
+           "no warmup_max_lr: the peak is each group's own lr", True,
+           "after the original __init__: max_lrs and delta_lrs from the groups' lrs the constructor saw"),
+    Change("tensor_in_place", "every class", "update_lr", "0.19.4", "#8202",
+           "a step fills a tensor lr in place; WarmupCosineLR's org_lrs are copies", False,
+           "every step's write would have to be replaced; the value each step uses is the same, but an "
+           "optimizer step that captured the tensor (torch.compile, CUDA graphs) keeps reading the old one"),
+)
+# WarmupDecayLR runs WarmupLR.__init__ (super().__init__) and inherits get_lr (lr_schedules.py @ v0.9.0..v0.19.8)
+_INHERITS = {"WarmupDecayLR": "WarmupLR"}
+
+
+def lacks(key: str, scheduler: str, deepspeed_version: str) -> bool:
+    """True where this release lacks a change the patch backports (``key``) for this scheduler class."""
+    parsed = parse(deepspeed_version)
+    owner = _INHERITS.get(scheduler, scheduler)
+    return any(c.backported and c.key == key and c.scheduler == owner and parsed < parse(c.release)
+               for c in UPSTREAM_CHANGES)
+
+
+def methods_to_fix(deepspeed_version: str) -> tuple[str, ...]:
+    """``Class.method`` the patch wraps on this release: where a backported change lives and is missing."""
+    parsed = parse(deepspeed_version)
+    wanted = [c.target for c in UPSTREAM_CHANGES if c.backported and parsed < parse(c.release)
+              and start_fact(c.scheduler, deepspeed_version) is not None]  # the class exists on this release
+    return tuple(dict.fromkeys(wanted))
+
+
+def writes_through_update_lr(deepspeed_version: str) -> bool:
+    """From 0.15.3 every scheduler writes the groups' lrs through the module's update_lr; before, step()
+    assigns ``param_group['lr'] = lr`` itself (lr_schedules.py @ v0.9.0..v0.19.8)."""
+    return parse(deepspeed_version) >= (0, 15, 3)
+
+
+def built_wrong(scheduler: str, deepspeed_version: str) -> bool:
+    """True where this release builds a scheduler of this class otherwise than the newest does (its start
+    lr or its default peak): the only schedulers the nets (initialize, backward) ever change."""
+    return lacks("start", scheduler, deepspeed_version) or lacks("default_peak", scheduler, deepspeed_version)
+
+
 # DeepSpeed's multi-node launcher --------------------------------------------------------
 # `deepspeed --hostfile` (and `accelerate launch` across machines, which calls it) starts the ranks
 # of every node through a runner class. runner.py's main() sends a variable to the nodes only when
@@ -270,24 +369,6 @@ def warmup_max_lr_default(deepspeed_version: str) -> MaxLrDefault:
         if fact.span.contains(parsed):
             return fact.default
     return MaxLrDefault.EACH_GROUP
-
-
-# The classes whose own __init__ upstream changed; WarmupDecayLR (and any user subclass) runs
-# WarmupLR.__init__ through super().__init__ (lr_schedules.py @ v0.9.0..v0.19.8), so it is fixed there.
-CONSTRUCTORS = ("WarmupLR", "WarmupCosineLR")
-
-
-def constructors_to_fix(deepspeed_version: str) -> tuple[str, ...]:
-    """The constructors the patch wraps on this release: where they start differently from the newest."""
-    wrapped = []
-    for name in CONSTRUCTORS:
-        fact = start_fact(name, deepspeed_version)
-        if fact is None:
-            continue  # the class does not exist yet (WarmupCosineLR before 0.12.3)
-        peak = name == "WarmupLR" and warmup_max_lr_default(deepspeed_version) is not MaxLrDefault.EACH_GROUP
-        if fact.start is not Start.SETS_EVERY_GROUP or peak:
-            wrapped.append(name)
-    return tuple(wrapped)
 
 
 def scheduler_classes() -> tuple[str, ...]:

@@ -1,12 +1,13 @@
-"""Knowledge of DeepSpeed's schedulers: where the newest release starts each param group.
+"""Knowledge of DeepSpeed's schedulers: what the newest release's methods return where older ones differ.
 
-The reference is the release in ``releases.BEHAVIOR_REFERENCE``. Nothing here mutates anything:
-the functions read a live scheduler and say what the newest release would have written into
-its optimizer when it was built.
+The reference is the release in ``releases.BEHAVIOR_REFERENCE``. Nothing here mutates a scheduler
+except ``write``, which writes the groups' lrs the way the running release itself writes them.
 """
 
 from __future__ import annotations
 
+import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,22 +38,21 @@ def is_fresh(scheduler: Any) -> bool:
     return getattr(scheduler, "last_batch_iteration", None) == -1
 
 
-def newest_start_lrs(scheduler: Any, name: str) -> list[Any]:
-    """Per param group, the lr the newest release writes when it builds this scheduler."""
-    groups = scheduler.optimizer.param_groups
-    if name in ("WarmupLR", "WarmupDecayLR", "OneCycle"):
-        return list(scheduler.min_lrs)
+def lr_before_start(scheduler: Any, name: str) -> list[Any]:
+    """What the newest release's get_lr() returns before the first step (lr_schedules.py @ v0.19.8)."""
     if name == "WarmupCosineLR":
-        return [0.0] * len(groups)
-    if name == "LRRangeTest":
-        return list(scheduler.min_lr)
-    raise LookupError(f"no start rule for {name}")
+        return [0.0 for _ in scheduler.org_lrs]
+    return scheduler.min_lrs  # type: ignore[no-any-return]  # the list itself, as the newest returns it
 
 
-def default_peak_differs(name: str, deepspeed_version: str) -> bool:
-    """True where a WarmupLR built without warmup_max_lr peaks elsewhere than on the newest release."""
-    default = releases.warmup_max_lr_default(deepspeed_version)
-    return name == "WarmupLR" and default is not releases.MaxLrDefault.EACH_GROUP
+def cosine_ratio(scheduler: Any) -> float:
+    """WarmupCosineLR.get_lr_ratio() past the warmup, as 0.19.3 and later compute it (PR #8142)."""
+    real_last_step = scheduler.last_batch_iteration - scheduler.warmup_num_steps + 1
+    real_total_steps = max(1, scheduler.total_num_steps - scheduler.warmup_num_steps)
+    cosine_progress = min(1.0, real_last_step / real_total_steps)
+    ratio_delta = 1. - scheduler.cos_min_ratio
+    ratio = (1 + math.cos(math.pi * cosine_progress)) / 2
+    return max(0.0, float(scheduler.cos_min_ratio + ratio_delta * ratio))
 
 
 def newest_max_lrs(scheduler: Any, construction: Construction) -> list[Any] | None:
@@ -76,10 +76,13 @@ def lr_value(lr: Any) -> float:
     return float(lr.item()) if hasattr(lr, "item") else float(lr)
 
 
-def set_group_lr(group: dict[str, Any], lr: Any) -> None:
-    """Write an lr the way the newest release does: in place for tensors, so the type is kept."""
-    current = group["lr"]
-    if hasattr(current, "fill_"):
-        current.fill_(lr_value(lr))
-    else:
-        group["lr"] = lr_value(lr) if hasattr(lr, "item") else lr
+def write(groups: list[dict[str, Any]], lrs: list[Any], deepspeed_version: str) -> list[Any]:
+    """Write ``lrs`` into the groups as this release's own step writes them; returns what the groups hold.
+
+    Never in place on a release that does not write in place: up to 0.19.3 WarmupCosineLR's org_lrs are
+    the groups' own lr objects, and an in-place write would change its whole schedule."""
+    if releases.writes_through_update_lr(deepspeed_version):
+        return sys.modules[SCHEDULES_MODULE].update_lr(groups, lrs)  # type: ignore[no-any-return]
+    for group, lr in zip(groups, lrs):
+        group["lr"] = lr  # what step() does on these releases
+    return [group["lr"] for group in groups]

@@ -373,7 +373,7 @@ def _inject_fault() -> None:
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("injected fault")
 
-    schedules.newest_start_lrs = broken  # type: ignore[assignment]
+    schedules.write = broken  # type: ignore[assignment]
 
 
 def golden() -> dict[str, Any]:

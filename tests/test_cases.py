@@ -1,0 +1,114 @@
+"""Scheduler cases beyond the trajectories of test_core, each as a user meets it (tests/cases.py).
+
+Patched, every release gives what DeepSpeed 0.19.8 gives unpatched (``golden_cases.json``); where a
+release lacks the change a case shows, it gives something else unpatched, so each test can fail.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import HERE, installed
+
+from accelerate_warmup_patch import releases
+
+DEEPSPEED = installed("deepspeed")
+GOLDEN_CASES = json.loads((HERE / "golden_cases.json").read_text())
+NEWEST = GOLDEN_CASES["cases"]
+LATE = "late_import_raw_engine"
+# the change of the guard table (releases.UPSTREAM_CHANGES) each case shows; None: nothing to backport
+SHOWS = {
+    "tensor_lr_cosine": ("start", "WarmupCosineLR"),
+    "tensor_lr_cosine_two_groups": ("start", "WarmupCosineLR"),
+    "tensor_lr_warmup": ("start", "WarmupLR"),
+    "restored_lr_warmup": None,
+    "restored_lr_one_cycle": None,
+    "subclass_overriding_get_lr": ("start", "WarmupLR"),
+    "subclass_with_a_floored_cosine": ("start", "WarmupCosineLR"),
+    "unhashable_subclass": ("start", "WarmupLR"),
+    "cosine_past_total": ("ratio_past_warmup", "WarmupCosineLR"),
+    "cosine_total_equals_warmup": ("ratio_past_warmup", "WarmupCosineLR"),
+    "cosine_unknown_warmup_type": ("unknown_warmup_type", "WarmupCosineLR"),
+    "get_last_lr_after_construction": ("start", "WarmupLR"),
+    "reported_before_the_first_step": ("start", "WarmupCosineLR"),
+    "engine_reports_its_start": ("start", "WarmupLR"),
+    LATE: ("start", "WarmupLR"),
+}
+# a tensor lr is filled in place from 0.19.4 (PR #8202, not backported): earlier releases' steps write
+# Python floats, so these steps differ from the newest only by the tensor's float32 rounding
+ROUNDED = {"tensor_lr_warmup"}
+# one group: 0.15.3-0.18.9 start group 0 of a WarmupCosineLR already (Start.SETS_GROUP_0_ONLY)
+ONE_COSINE_GROUP = {"tensor_lr_cosine", "subclass_with_a_floored_cosine"}
+TOGETHER = [name for name in SHOWS if name != LATE]
+
+
+def run_cases(*names: str, patch: bool) -> dict:
+    args = [sys.executable, str(HERE / "cases.py"), *names, *(["--patch"] if patch else [])]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=HERE)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert proc.returncode == 0 and line, proc.stderr[-4000:]
+    return {**json.loads(line[len("RESULT "):]), "stderr": proc.stderr}
+
+
+@pytest.fixture(scope="module")
+def unpatched() -> dict:
+    return run_cases(*TOGETHER, patch=False)
+
+
+@pytest.fixture(scope="module")
+def patched() -> dict:
+    return run_cases(*TOGETHER, patch=True)
+
+
+def differs_unpatched(name: str) -> bool:
+    """Where this release, unpatched, gives something else than the newest release for this case."""
+    shown = SHOWS[name]
+    if name in ONE_COSINE_GROUP:
+        return releases.start_fact("WarmupCosineLR", DEEPSPEED).start is releases.Start.LEAVES_OPTIMIZER_LR
+    return shown is not None and releases.lacks(*shown, DEEPSPEED)
+
+
+def test_every_case_shows_a_change_of_the_guard_table():
+    assert set(SHOWS) == set(NEWEST)
+    for shown in filter(None, SHOWS.values()):
+        assert any(c.key == shown[0] and c.scheduler == shown[1] and c.backported for c in releases.UPSTREAM_CHANGES)
+
+
+@pytest.mark.skipif(DEEPSPEED != GOLDEN_CASES["deepspeed"], reason=f"golden from {GOLDEN_CASES['deepspeed']}")
+def test_golden_cases_are_the_newest_release_unpatched(unpatched):
+    assert unpatched["results"] == {name: NEWEST[name] for name in TOGETHER}
+
+
+@pytest.mark.parametrize("name", [n for n in TOGETHER if n not in ROUNDED])
+def test_patched_equals_the_newest_release(patched, unpatched, name):
+    assert patched["results"][name] == NEWEST[name]
+    if differs_unpatched(name):  # the case can fail: unpatched, this release gives something else
+        assert unpatched["results"][name] != NEWEST[name]
+    else:  # nothing to backport here: patched equals unpatched
+        assert unpatched["results"][name] == NEWEST[name]
+
+
+@pytest.mark.parametrize("name", sorted(ROUNDED))
+def test_a_tensor_lr_equals_the_newest_release_up_to_its_float32_rounding(patched, name):
+    got, newest = patched["results"][name], NEWEST[name]
+    assert len(got) == len(newest)
+    for row, newest_row in zip(got, newest):
+        assert row == pytest.approx(newest_row, rel=1e-6)
+
+
+def test_patched_the_cases_warn_of_nothing(patched):
+    lines = [x for x in patched["stderr"].splitlines() if x.startswith("[accelerate_warmup_patch] WARNING")]
+    assert lines == []
+
+
+@pytest.mark.parametrize("patch", [False, True], ids=["unpatched", "patched"])
+def test_applied_after_a_raw_engine_was_built_the_engine_is_still_fixed(patch):
+    ran = run_cases(LATE, patch=patch)
+    if patch:
+        assert ran["results"][LATE] == NEWEST[LATE]
+        assert ran["status"]["fixes_applied"] == (1 if differs_unpatched(LATE) else 0)
+    elif differs_unpatched(LATE):
+        assert ran["results"][LATE] != NEWEST[LATE]
