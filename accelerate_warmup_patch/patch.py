@@ -318,13 +318,11 @@ def settle_live() -> None:
     classes = tuple(c for c in (getattr(lr_schedules, name, None) for name in schedules.KNOWN) if isinstance(c, type))
     engines, schedulers = [], []
     for obj in gc.get_objects():
-        try:
-            if isinstance(obj, engine_class):
-                engines.append(obj)
-            elif isinstance(obj, classes):
-                schedulers.append(obj)
-        except Exception:  # an object whose __class__ raises is neither
-            continue
+        kind = type(obj)  # not isinstance: a proxy's or a deprecated object's __class__ runs code
+        if issubclass(kind, engine_class):
+            engines.append(obj)
+        elif issubclass(kind, classes):
+            schedulers.append(obj)
     when = "when the patch was applied (built before it)"
     for engine in engines:
         prepare_first_step(engine, when)

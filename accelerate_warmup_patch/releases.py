@@ -375,8 +375,15 @@ def scheduler_classes() -> tuple[str, ...]:
     return tuple(dict.fromkeys(fact.scheduler for fact in SCHEDULER_STARTS))
 
 
+def missing_backports(scheduler: str, deepspeed_version: str) -> tuple[Change, ...]:
+    """The backported changes this release lacks for this class (WarmupDecayLR: WarmupLR's)."""
+    parsed = parse(deepspeed_version)
+    owner = _INHERITS.get(scheduler, scheduler)
+    return tuple(c for c in UPSTREAM_CHANGES if c.backported and c.scheduler == owner and parsed < parse(c.release))
+
+
 def verdict(scheduler: str, deepspeed_version: str) -> str:
-    """One word per scheduler class for ``status()`` and ``doctor``."""
+    """A few words per scheduler class for ``status()`` and ``doctor``."""
     level = deepspeed_support(deepspeed_version)
     if level is Support.UNSUPPORTED:
         return "unsupported"
@@ -385,13 +392,13 @@ def verdict(scheduler: str, deepspeed_version: str) -> str:
         return "absent"
     if level is Support.UNTESTED:
         return "untested"
-    if fact.start is Start.SETS_EVERY_GROUP:
-        if all(f.start is Start.SETS_EVERY_GROUP for f in SCHEDULER_STARTS if f.scheduler == scheduler):
-            return "not affected"  # never had the bug, on any release
-        default = warmup_max_lr_default(deepspeed_version)
-        if scheduler == "WarmupLR" and default is not MaxLrDefault.EACH_GROUP:
-            return f"fixed upstream (default warmup_max_lr: {default.value})"
+    if fact.start is not Start.SETS_EVERY_GROUP:
+        return "affected (groups 1+)" if fact.start is Start.SETS_GROUP_0_ONLY else "affected"
+    if all(f.start is Start.SETS_EVERY_GROUP for f in SCHEDULER_STARTS if f.scheduler == scheduler):
+        return "not affected"  # never had the bug, on any release
+    missing = missing_backports(scheduler, deepspeed_version)
+    if not missing:
         return "fixed upstream"
-    if fact.start is Start.SETS_GROUP_0_ONLY:
-        return "affected (groups 1+)"
-    return "affected"
+    newest_per_key = {c.key: c for c in missing}  # the table is in release order: the last row wins
+    return "fixed upstream; the patch backports " + ", ".join(
+        f"{c.key.replace('_', ' ')} ({c.pr})" for c in newest_per_key.values())

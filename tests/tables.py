@@ -52,6 +52,17 @@ def _patch_action(fact: releases.StartFact) -> str:
     return "nothing to do" if fact.start is releases.Start.SETS_EVERY_GROUP else "starts every group"
 
 
+PULL = "https://github.com/deepspeedai/DeepSpeed/pull/"
+
+
+def _changes_table() -> list[str]:
+    """Every change upstream made to the warmup schedulers' lrs since the floor: backported or not, why."""
+    header = ["DeepSpeed", "PR", "where", "what changed", "the patch"]
+    rows = ([c.release, f"[{c.pr}]({PULL}{c.pr.lstrip('#')})", f"`{c.target}`", c.what,
+             f"{'backports it' if c.backported else 'leaves it out'}: {c.why}"] for c in releases.UPSTREAM_CHANGES)
+    return _table(header, rows)
+
+
 def summary(results: dict[str, Row]) -> str:
     """The README's block: what each release does, and what each tier of real runs covered."""
     lines = [BEGIN, "", "What each DeepSpeed release does to the optimizer's lr when it builds the scheduler:", ""]
@@ -60,13 +71,15 @@ def summary(results: dict[str, Row]) -> str:
     lines += ["", "WarmupLR's peak lr when no `warmup_max_lr` is given (the patch gives each group's own):", ""]
     lines += _table(["DeepSpeed releases", "default peak lr"], ([f.span, f.default.value]
                                                                  for f in releases.WARMUP_MAX_LR_DEFAULTS))
+    lines += ["", f"Every change upstream made to the warmup schedulers' lrs since {releases.DEEPSPEED_FLOOR}, and "
+              "which the patch backports: [docs/matrix.md](docs/matrix.md#the-guard-table)."]
     lines += ["", "Real runs of the version matrix, per tier (every one matches the guard table and runs the "
               "newest release's trajectory patched, unless it says otherwise):", ""]
     lines += _table(["tier", "what runs", "DeepSpeed", "accelerate", "Python", "wrapt", "torch", "rows", "result"],
                     _tier_rows(results))
     lines += ["", f"Older than DeepSpeed {releases.DEEPSPEED_FLOOR}: nothing is patched, with one warning. Newer "
-              f"than {releases.NEWEST_DEEPSPEED} / accelerate {releases.NEWEST_ACCELERATE}: patched, acting only "
-              "where a scheduler is seen starting at the wrong lr, with one \"untested\" warning.", "", END]
+              f"than {releases.NEWEST_DEEPSPEED} / accelerate {releases.NEWEST_ACCELERATE}: one \"untested\" warning; "
+              "such a release has every change the patch backports, so only `step` mode acts.", "", END]
     return "\n".join(lines)
 
 
@@ -105,6 +118,10 @@ def matrix_page(results: dict[str, Row]) -> str:
     lines += ["", "WarmupLR's peak lr when no `warmup_max_lr` is given:", ""]
     lines += _table(["DeepSpeed releases", "default peak lr", "source"],
                     ([f.span, f.default.value, f.source] for f in releases.WARMUP_MAX_LR_DEFAULTS))
+    lines += ["", f"Every change upstream made to the warmup schedulers' lrs since {releases.DEEPSPEED_FLOOR} "
+              "(`releases.UPSTREAM_CHANGES`, read from `deepspeed/runtime/lr_schedules.py` at each tag and the PR):",
+              ""]
+    lines += _changes_table()
     lines += ["", "accelerate's `DeepSpeedEngineWrapper.backward`, which the patch wraps:", ""]
     lines += _table(["accelerate releases", "signature", "source"],
                     ([str(f.span).replace(releases.NEWEST_DEEPSPEED, releases.NEWEST_ACCELERATE), f"`{f.signature}`",

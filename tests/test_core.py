@@ -174,9 +174,8 @@ awp.apply(); awp.apply(mode="step"); awp.apply()
 wrapped = deepspeed.initialize
 assert wrapped is not originals[0] and wrapped.__wrapped__ is originals[0], "one wrap, exactly"
 from accelerate_warmup_patch import releases
-constructors = [f"deepspeed.runtime.lr_schedules.{c}.__init__"
-                for c in releases.constructors_to_fix(deepspeed.__version__)]
-assert sorted(awp.status()["patched"]) == sorted(constructors + ["deepspeed.initialize",
+methods = [f"deepspeed.runtime.lr_schedules.{m}" for m in releases.methods_to_fix(deepspeed.__version__)]
+assert sorted(awp.status()["patched"]) == sorted(methods + ["deepspeed.initialize",
     "deepspeed.runtime.engine.DeepSpeedEngine.load_checkpoint",
     "accelerate.utils.deepspeed.DeepSpeedEngineWrapper.backward"]), awp.status()
 awp.remove()

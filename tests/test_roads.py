@@ -102,12 +102,19 @@ records = []
 logging.getLogger("accelerate_warmup_patch").addHandler(logging.Handler())
 logging.getLogger("accelerate_warmup_patch").handlers[-1].emit = records.append
 
-# a tensor lr stays the same tensor object, as the newest release writes it (fill_)
+# a tensor lr is written as this release writes it: in place from 0.19.4 (PR #8202), before that the
+# group gets a new object and the tensor the user handed in keeps its value (WarmupCosineLR reads it)
+from accelerate_warmup_patch import releases
+import deepspeed
 optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))], lr=torch.tensor(1e-3))
 lr = optimizer.param_groups[0]["lr"]
 WarmupLR(optimizer, warmup_min_lr=1e-5, warmup_max_lr=1e-3, warmup_num_steps=5)
-assert optimizer.param_groups[0]["lr"] is lr and isinstance(lr, torch.Tensor), optimizer.param_groups[0]["lr"]
-assert abs(lr.item() - 1e-5) < 1e-12, lr
+now = optimizer.param_groups[0]["lr"]
+in_place = releases.parse(deepspeed.__version__) >= (0, 19, 4)
+assert (now is lr) == in_place, (now, lr)
+assert abs(float(now) - 1e-5) < 1e-12, now
+if not in_place:
+    assert lr.item() == torch.tensor(1e-3).item(), lr
 
 # a subclass that calls WarmupLR.__init__(self, ...) explicitly is fixed like any other, without a warning
 class Mine(WarmupLR):
