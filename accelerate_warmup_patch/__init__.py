@@ -135,12 +135,15 @@ def _stop_before_the_program(error: Exception) -> None:
     if kind == "PatchError":
         detail += f"; without {ENV_STRICT} this is a warning and the job runs on"
     line = f"accelerate_warmup_patch.{kind}: {detail} (stopped at start-up: {ENV_STRICT} is set)\n"
-    for stream in (sys.stdout, sys.stderr):
-        if stream is not None:
-            stream.flush()
-    if sys.stderr is not None:
-        sys.stderr.write(line)
-        sys.stderr.flush()
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+        if sys.stderr is not None:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+    except (OSError, ValueError):  # a closed or broken stream: the exit status still says it
+        pass
     os._exit(2)
 
 

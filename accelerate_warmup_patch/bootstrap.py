@@ -6,8 +6,12 @@ right after the module's code has run (in the loader, not in ``find_spec``: a pr
 ``importlib.util.find_spec("deepspeed")`` is not an import). The finder sits first on
 ``sys.meta_path`` only while a hook is pending. A hook that fails is reported through
 ``failures.report``: a warning, or in strict mode an exception out of the user's import.
+
+Imports in other threads fire hooks and the API registers and cancels them while a hook runs: every
+walk over the pending hooks is over a snapshot, and one lock guards this module's bookkeeping alone.
 """
 
+import _thread
 import sys
 
 TYPE_CHECKING = False
@@ -20,14 +24,28 @@ if TYPE_CHECKING:  # typing and importlib.abc cost milliseconds, and only the ty
     Hook = Callable[[ModuleType], None]
 
 _hooks: "dict[str, list[Hook]]" = {}
+# modules whose code has run through our loader and whose hooks have all been called, until importlib
+# marks them initialized: a hook registered for one of them is called at once, as for a loaded module
+_ran: "dict[str, ModuleType]" = {}
+# Guards _hooks, _ran and our finder's place on sys.meta_path: other threads' imports and API calls
+# touch them. Held only around that bookkeeping, never across an import or a hook call (a hook imports,
+# and an import in another thread may wait on one this thread holds). _thread is built in and loaded.
+_lock = _thread.RLock()
 # who imported the package before the rest of it was loaded: ".pth", "sitecustomize", "import"
 importers: "list[str]" = []
 
 
 def _fire(module: "ModuleType") -> None:
-    """Run the hooks of ``module``, then those of any pending module that finished loading meanwhile."""
-    while module.__name__ in _hooks:  # again for hooks registered meanwhile (the arming hook registers some)
-        for hook in _hooks.pop(module.__name__, ()):
+    """Run the hooks of ``module`` (also those registered while they run: the arming hook registers some),
+    then those of any pending module that finished loading meanwhile."""
+    name = module.__name__
+    while True:
+        with _lock:
+            hooks = _hooks.pop(name, None)
+            if not hooks:
+                _ran[name] = module  # under the same lock as when_imported's check: no hook falls between
+                break
+        for hook in hooks:
             _call(hook, module)
     sweep()
 
@@ -35,10 +53,22 @@ def _fire(module: "ModuleType") -> None:
 def sweep() -> None:
     """Fire the hooks of modules that finished loading without this finder's loader: registered while
     their import was already under way (in this thread, or in another one)."""
-    for name in [n for n in _hooks if _loaded(n)]:
-        for hook in _hooks.pop(name, ()):
-            _call(hook, sys.modules[name])
-    _leave_if_idle()
+    with _lock:
+        names = list(_hooks)  # a snapshot: other threads register and fire while the hooks below run
+    for name in names:
+        module = _ready(name)
+        if module is not None:
+            for hook in _take(name):
+                _call(hook, module)
+    with _lock:
+        _forget_initialized()
+        _leave_if_idle()
+
+
+def _take(name: str) -> "list[Hook]":
+    """The pending hooks of ``name``, now no longer pending: each is called by one thread only."""
+    with _lock:
+        return _hooks.pop(name, [])
 
 
 def _call(hook: "Hook", module: "ModuleType") -> None:
@@ -54,6 +84,21 @@ def _call(hook: "Hook", module: "ModuleType") -> None:
 def _loaded(name: str) -> bool:
     module = sys.modules.get(name)
     return module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False)
+
+
+def _ready(name: str) -> "ModuleType | None":
+    """The module ``name`` if a hook may run on it now: imported, or its code run and its hooks called."""
+    if _loaded(name):
+        return sys.modules.get(name)
+    module = sys.modules.get(name)
+    return module if module is not None and _ran.get(name) is module else None
+
+
+def _forget_initialized() -> None:
+    """Drop the modules importlib has finished (``_loaded`` answers for them) or that left sys.modules."""
+    for name, module in list(_ran.items()):
+        if sys.modules.get(name) is not module or _loaded(name):
+            del _ran[name]
 
 
 class _Loader:
@@ -114,31 +159,41 @@ def _is_ours(finder: object) -> bool:
 
 def when_imported(name: str, hook: "Hook") -> None:
     """Call ``hook(module)`` now if ``name`` is imported, else right after it is."""
-    if _loaded(name):
-        _call(hook, sys.modules[name])
-        return
-    hooks = _hooks.setdefault(name, [])
-    if hook not in hooks:
-        hooks.append(hook)
-    if not any(_is_ours(f) for f in sys.meta_path):
-        # a new list, not an insert: another thread may be iterating over the old one right now
-        sys.meta_path = [_Finder(), *sys.meta_path]
+    with _lock:  # the check and the registration in one step: _fire marks a module ran under this lock
+        module = _ready(name)
+        if module is None:
+            hooks = _hooks.setdefault(name, [])
+            if hook not in hooks:
+                hooks.append(hook)
+            _enter()
+            return
+    _call(hook, module)
 
 
 def cancel(hook: "Hook") -> None:
     """Forget a hook that has not fired yet."""
-    for name in list(_hooks):
-        _hooks[name] = [h for h in _hooks[name] if h is not hook]
-        if not _hooks[name]:
-            del _hooks[name]
-    _leave_if_idle()
+    with _lock:
+        for name, hooks in list(_hooks.items()):
+            kept = [h for h in hooks if h is not hook]
+            if kept:
+                _hooks[name] = kept
+            else:
+                del _hooks[name]
+        _leave_if_idle()
 
 
 def cancel_all() -> None:
     """Forget every pending hook and every recorded importer: nothing is armed any more."""
-    _hooks.clear()
-    importers.clear()
-    _leave_if_idle()
+    with _lock:
+        _hooks.clear()
+        importers.clear()
+        _leave_if_idle()
+
+
+def _enter() -> None:
+    if not any(_is_ours(f) for f in sys.meta_path):
+        # a new list, not an insert: another thread may be iterating over the old one right now
+        sys.meta_path = [_Finder(), *sys.meta_path]
 
 
 def _leave_if_idle() -> None:
@@ -148,4 +203,6 @@ def _leave_if_idle() -> None:
 
 def pending(among: "Sequence[Hook]") -> "list[str]":
     """The modules that one of ``among`` still waits for."""
-    return [name for name, hooks in list(_hooks.items()) if any(hook in among for hook in hooks)]
+    with _lock:
+        snapshot = [(name, list(hooks)) for name, hooks in _hooks.items()]
+    return [name for name, hooks in snapshot if any(hook in among for hook in hooks)]
