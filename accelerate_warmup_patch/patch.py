@@ -299,14 +299,18 @@ def _optimizer_lr_restored(signature: inspect.Signature, engine: Any, args: Any,
 def prepare_first_step(engine: Any, when: str = "before the first optimizer step") -> None:
     """Before an engine's first optimizer step: a scheduler built before the patch was applied is settled
     as the constructor's fix would have, and in ``step`` mode a fresh scheduler is stepped once."""
-    scheduler = getattr(engine, "lr_scheduler", None)
-    if scheduler is None or scheduler in _netted:
-        return
-    _netted.add(scheduler)
-    if scheduler not in _settled:
-        settle(scheduler, _construction_from_config(engine, scheduler), when)
-    if api.active_mode == Mode.STEP:
-        _step_once(scheduler)
+    try:
+        scheduler = getattr(engine, "lr_scheduler", None)
+        if scheduler is None or scheduler in _netted:
+            return
+        _netted.add(scheduler)
+        if scheduler not in _settled:
+            settle(scheduler, _construction_from_config(engine, scheduler), when)
+        if api.active_mode == Mode.STEP:
+            _step_once(scheduler)
+    except Exception as error:  # the nets run inside the user's initialize and backward: never break them
+        failures.report("net", "preparing the scheduler for the first optimizer step", error,
+                        "that scheduler runs as this DeepSpeed made it")
 
 
 def settle_live() -> None:
@@ -352,15 +356,19 @@ def settle(scheduler: Any, construction: schedules.Construction | None, when: st
     """A fresh scheduler that this release builds otherwise than the newest: build-time behaviour of the
     newest, once. Anything else is left exactly as the release made it."""
     try:
-        name = schedules.class_name(scheduler)
-        version = deepspeed_version()
-        if name is None or not schedules.is_fresh(scheduler) or not releases.built_wrong(name, version):
-            return
-        _settled.add(scheduler)
-    except Exception as error:
-        failures.report("start", f"looking at {type(scheduler).__name__}", error,
+        _settle(scheduler, construction, when, peak_known)
+    except Exception as error:  # runs inside the user's constructor: never break it
+        failures.report("start", f"starting {type(scheduler).__name__} where DeepSpeed "
+                        f"{releases.BEHAVIOR_REFERENCE} starts it", error,
                         "that scheduler runs exactly as unpatched (this warning is not repeated)")
+
+
+def _settle(scheduler: Any, construction: schedules.Construction | None, when: str, peak_known: bool) -> None:
+    name = schedules.class_name(scheduler)
+    version = deepspeed_version()
+    if name is None or not schedules.is_fresh(scheduler) or not releases.built_wrong(name, version):
         return
+    _settled.add(scheduler)
     peak: list[bool] = []
     changes = _change(scheduler, "start", f"starting {name} where DeepSpeed {releases.BEHAVIOR_REFERENCE} starts it",
                       lambda: peak.append(_build_as_newest(scheduler, name, construction, version, peak_known)),

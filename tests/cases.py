@@ -247,8 +247,8 @@ def engine_reports_its_start() -> Any:
               "optimizer": {"type": "Adam", "params": {"lr": 1e-1, "torch_adam": True}},
               "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.01, "warmup_max_lr": 0.1,
                                                            "warmup_num_steps": 4}}}
-    engine, optimizer, _, scheduler = deepspeed.initialize(model=model, model_parameters=model.parameters(),
-                                                           config=config)
+    engine, _, _, scheduler = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                                   config=config)
     return {"get_lr": _rounded(scheduler.get_lr()),
             "groups": _rounded([g["lr"] for g in demo.torch_optimizer(engine).param_groups])}
 

@@ -368,12 +368,12 @@ def _patch_loaded() -> bool:
 
 def _inject_fault() -> None:
     """Fault injection: the patch's own knowledge breaks, as a future bug of ours would."""
-    from accelerate_warmup_patch import schedules
+    from accelerate_warmup_patch import releases
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("injected fault")
 
-    schedules.write = broken  # type: ignore[assignment]
+    releases.built_wrong = broken  # type: ignore[assignment]  # asked before any scheduler is changed
 
 
 def golden() -> dict[str, Any]:

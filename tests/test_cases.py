@@ -77,7 +77,7 @@ def test_every_case_shows_a_change_of_the_guard_table():
         assert any(c.key == shown[0] and c.scheduler == shown[1] and c.backported for c in releases.UPSTREAM_CHANGES)
 
 
-@pytest.mark.skipif(DEEPSPEED != GOLDEN_CASES["deepspeed"], reason=f"golden from {GOLDEN_CASES['deepspeed']}")
+@pytest.mark.skipif(GOLDEN_CASES["deepspeed"] != DEEPSPEED, reason=f"golden from {GOLDEN_CASES['deepspeed']}")
 def test_golden_cases_are_the_newest_release_unpatched(unpatched):
     assert unpatched["results"] == {name: NEWEST[name] for name in TOGETHER}
 

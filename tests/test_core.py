@@ -261,3 +261,41 @@ harness._tear_down()
 def test_the_patch_never_writes_into_accelerates_engine_wrapper():
     proc = run_python(UNTOUCHED)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+
+
+RELOAD = """
+import importlib, torch
+import accelerate_warmup_patch as awp
+awp.apply()
+import deepspeed
+from deepspeed.runtime import lr_schedules
+from accelerate_warmup_patch import releases
+fixes = releases.methods_to_fix(deepspeed.__version__)
+label = "deepspeed.runtime.lr_schedules.WarmupLR.__init__"
+assert "deepspeed.initialize" in awp.status()["patched"]
+assert (label in awp.status()["patched"]) == ("WarmupLR.__init__" in fixes)
+
+def first_lr():
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=1e-3)
+    lr_schedules.WarmupLR(optimizer, warmup_min_lr=0.0, warmup_max_lr=1e-3, warmup_num_steps=5)
+    return optimizer.param_groups[0]["lr"]
+
+importlib.reload(lr_schedules)
+importlib.reload(deepspeed)
+after_reload = awp.status()["patched"]
+assert label not in after_reload and "deepspeed.initialize" not in after_reload, after_reload
+unfixed = first_lr()  # what the reloaded class does: status() no longer claims it is patched
+awp.apply()
+assert "deepspeed.initialize" in awp.status()["patched"]
+assert (label in awp.status()["patched"]) == ("WarmupLR.__init__" in fixes)
+print("LRS", unfixed, first_lr())
+"""
+
+
+def test_status_lists_only_what_a_caller_reaches_after_a_reload_and_apply_wraps_again():
+    proc = run_python(RELOAD)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    unfixed, fixed = proc.stdout.split("LRS ")[1].split()
+    assert float(fixed) == 0.0
+    lacks = releases.lacks("start", "WarmupLR", DEEPSPEED)
+    assert float(unfixed) == (1e-3 if lacks else 0.0)
