@@ -195,6 +195,22 @@ def new_release(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
+def upstream_suite(session: nox.Session) -> None:
+    """`nox -s upstream_suite -- 0.15.2 --mirror DEEPSPEED_GIT_DIR --patched|--unpatched [--junit X.xml]
+    [-k EXPR]`: DeepSpeed's own tests/unit/runtime/test_lr_schedulers.py, read from a git mirror at run
+    time, against one release (docs/upstream-suite.md; minutes, needs the registry; not in CI)."""
+    if not session.posargs or not session.posargs[0][:1].isdigit():
+        session.error("name the release first: nox -s upstream_suite -- 0.15.2 --mirror PATH --patched")
+    deepspeed, *rest = session.posargs
+    _install_stack(session, deepspeed)
+    session.install("pytest")
+    # this venv's own op cache: another venv of the same release would recompile the shared one
+    cache = Path(".nox", "_torch_extensions", f"deepspeed-{deepspeed}-{session.name}").resolve()
+    session.run("python", "tests/upstream/run_upstream_suite.py", "--python", str(Path(session.bin, "python")),
+                "--torch-extensions-dir", str(cache), *rest, env={"PYTHONUNBUFFERED": "1"})
+
+
+@nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
     """ruff, mypy, and the README's support table regenerated from the guard table."""
     # mypy checks the lowest supported Python (pyproject: python_version): mypy 1.19 dropped 3.9, and
