@@ -84,14 +84,20 @@ def _matrix_run(session: nox.Session, tier: str) -> None:
 @nox.session(python="3.11")
 @nox.parametrize("deepspeed", list(tiers.ENGINE_TIER))
 def matrix_engine(session: nox.Session, deepspeed: str) -> None:
-    """Engine tier: real engines, raw and through accelerate, on one DeepSpeed release. On the oldest,
-    also every road a scheduler is built by and each multi-node runner's real command line (the suite
-    runs them on TEST_DEEPSPEED)."""
+    """Engine tier: real engines, raw and through accelerate, on one DeepSpeed release, and the scheduler
+    cases (tests/test_cases.py). On the oldest, also every road a scheduler is built by and each
+    multi-node runner's real command line (the suite runs them on TEST_DEEPSPEED); on one release of each
+    default-peak range whose start is right, the default peak whatever the import order."""
     _install_stack(session, deepspeed)
     _matrix_run(session, "engine")
+    # the scheduler cases of tests/cases.py on every release, against 0.19.8's golden values
+    selected = ["tests/test_cases.py"]
     if deepspeed == tiers.ENGINE_TIER[0]:
-        session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_roads.py", "tests/test_multinode.py",
-                    "-k", "not two_node and not deepspeed_env and not ssh_alone", env={"PYTHONUNBUFFERED": "1"})
+        selected += ["tests/test_roads.py", "tests/test_multinode.py", "-k",
+                     "not two_node and not deepspeed_env and not ssh_alone"]
+    elif deepspeed in tiers.DEFAULT_PEAK_RANGES:
+        selected += ["tests/test_roads.py", "-k", "not test_roads or default_peak"]
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *selected, env={"PYTHONUNBUFFERED": "1"})
 
 
 @nox.session(python="3.11")

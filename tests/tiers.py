@@ -33,6 +33,9 @@ ACCELERATE_TIER_DEEPSPEED = ("0.14.4", NEWEST_DEEPSPEED)  # one buggy, one fixed
 CI_ENGINE = (ENGINE_TIER[0], "0.15.3", "0.18.9", "0.19.0", "0.19.3", "0.19.4")
 CI_ACCELERATE = (ACCELERATE_TIER[0], ACCELERATE_TIER[-1])
 CI_SCHEDULER = ("0.12.6",)
+# releases that start WarmupLR right but lack its newest default peak: one per range of the table
+# (releases.WARMUP_MAX_LR_DEFAULTS): the peak of a scheduler built before the patch stays the release's
+DEFAULT_PEAK_RANGES = ("0.15.3", "0.18.9")
 
 # The releases `nox -s tests` runs the suite on: the newest (no-op expected) and a buggy one.
 TEST_DEEPSPEED = ("0.15.2", NEWEST_DEEPSPEED)
