@@ -74,20 +74,20 @@ class _Seen:
     __weakref__ is not remembered: its id could be reused by a newer object while it is recorded."""
 
     def __init__(self) -> None:
-        self._ids: set[int] = set()  # a set of ints: the check runs on every backward
+        self.ids: set[int] = set()  # a set of ints: `id(x) in seen.ids` runs on every backward
 
     def __contains__(self, obj: object) -> bool:
-        return id(obj) in self._ids
+        return id(obj) in self.ids
 
     def add(self, obj: object) -> None:
         key = id(obj)
-        if key in self._ids:
+        if key in self.ids:
             return
         try:
-            weakref.finalize(obj, self._ids.discard, key)
+            weakref.finalize(obj, self.ids.discard, key)
         except TypeError:
             return
-        self._ids.add(key)
+        self.ids.add(key)
 
 
 state = _State()
@@ -301,7 +301,7 @@ def prepare_first_step(engine: Any, when: str = "before the first optimizer step
     as the constructor's fix would have, and in ``step`` mode a fresh scheduler is stepped once."""
     try:
         scheduler = getattr(engine, "lr_scheduler", None)
-        if scheduler is None or scheduler in _netted:
+        if scheduler is None or id(scheduler) in _netted.ids:  # every backward: no Python-level call
             return
         _netted.add(scheduler)
         if scheduler not in _settled:
