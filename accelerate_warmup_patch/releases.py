@@ -170,7 +170,8 @@ UPSTREAM_CHANGES: tuple[Change, ...] = (
            "no warmup_max_lr: the peak is group 0's lr (was 0.001)", True, "superseded by #8171 below"),
     Change("tensor_type", "every class", "update_lr", "0.18.1", "#7633",
            "a step keeps a tensor lr a tensor (a new one-element tensor; before: a float)", False,
-           "the value each step uses is the same; only the object the group holds differs"),
+           "each step's value is the same up to the tensor's rounding (float32: ~1e-8 relative); only the "
+           "object the group holds differs"),
     Change("start", "WarmupCosineLR", "__init__", "0.19.0", "#7969",
            "the constructor starts every group at 0.0 (0.15.3-0.18.9: group 0 only)", True,
            "after the original __init__: the release's own write of the instance's get_lr()"),
@@ -195,8 +196,9 @@ UPSTREAM_CHANGES: tuple[Change, ...] = (
            "after the original __init__: max_lrs and delta_lrs from the groups' lrs the constructor saw"),
     Change("tensor_in_place", "every class", "update_lr", "0.19.4", "#8202",
            "a step fills a tensor lr in place; WarmupCosineLR's org_lrs are copies", False,
-           "every step's write would have to be replaced; the value each step uses is the same, but an "
-           "optimizer step that captured the tensor (torch.compile, CUDA graphs) keeps reading the old one"),
+           "every step's write would have to be replaced; each step's value is the same up to the tensor's "
+           "rounding, but an optimizer step that captured the tensor (torch.compile, CUDA graphs) keeps "
+           "reading the old one"),
 )
 # WarmupDecayLR runs WarmupLR.__init__ (super().__init__) and inherits get_lr (lr_schedules.py @ v0.9.0..v0.19.8)
 _INHERITS = {"WarmupDecayLR": "WarmupLR"}
@@ -402,3 +404,24 @@ def verdict(scheduler: str, deepspeed_version: str) -> str:
     newest_per_key = {c.key: c for c in missing}  # the table is in release order: the last row wins
     return "fixed upstream; the patch backports " + ", ".join(
         f"{c.key.replace('_', ' ')} ({c.pr})" for c in newest_per_key.values())
+
+
+def backports_for(scheduler: str, deepspeed_version: str, params: dict[str, object]) -> tuple[Change, ...]:
+    """The backported changes this release lacks that a scheduler built with ``params`` meets: the default
+    peak only without ``warmup_max_lr``, the unknown-``warmup_type`` fallback only with such a type."""
+
+    def meets(change: Change) -> bool:
+        if change.key == "default_peak":
+            return "warmup_max_lr" not in params
+        if change.key == "unknown_warmup_type":
+            return params.get("warmup_type", "log") not in ("log", "linear")
+        return True
+
+    return tuple(c for c in missing_backports(scheduler, deepspeed_version) if meets(c))
+
+
+def never_affected(scheduler: str) -> bool:
+    """True for a class that sets every group's lr when built on every release in the table (OneCycle)."""
+    facts = [f for f in SCHEDULER_STARTS if f.scheduler == scheduler]
+    return bool(facts) and all(f.start is Start.SETS_EVERY_GROUP for f in facts) and not any(
+        c.backported and c.scheduler == _INHERITS.get(scheduler, scheduler) for c in UPSTREAM_CHANGES)
