@@ -1,36 +1,90 @@
-"""The command line: ``accelerate-warmup-patch {demo,doctor,status}`` (or ``python -m accelerate_warmup_patch``)."""
+"""The command line: ``accelerate-warmup-patch {doctor,demo,status}`` (or ``python -m accelerate_warmup_patch``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from typing import Any
 
-DESCRIPTION = ("Start DeepSpeed's warmup schedulers at the warmup lr on every release. "
-               "Activate with ACCELERATE_WARMUP_PATCH=reset or `import accelerate_warmup_patch`.")
-EPILOG = """exit codes:
-  0  done; doctor: no problem found (or --strict not given)
-  1  doctor --strict: a problem was found; demo: the patched run did not start at the warmup lr
-  2  usage error; demo --plot without matplotlib"""
+DESCRIPTION = """\
+DeepSpeed releases before 0.15.3 run the first optimizer step of a WarmupLR, WarmupDecayLR or
+WarmupCosineLR at the optimizer's lr instead of the warmup start. This package gives every
+release from 0.9.0 on the lrs of DeepSpeed 0.19.8. Turn it on with ACCELERATE_WARMUP_PATCH=reset
+in the job's environment, or `import accelerate_warmup_patch` first in the training script."""
+EPILOG = """\
+exit codes:
+  0  done; doctor: nothing --strict fails on (or --strict not given)
+  1  doctor --strict: an affected job would run unpatched, or ACCELERATE_WARMUP_PATCH holds a value it
+     does not accept; demo: the patched run did not start at the warmup lr
+  2  usage error, an unreadable --config, or what demo needs is missing (torch, DeepSpeed, matplotlib)"""
+
+DOCTOR = """\
+Opens with one verdict line (the state), then the details: installed versions, the guard table's
+word per scheduler class, how a new process of this environment would be armed, and whether the
+multi-node launcher would carry the switch. Without --config it imports neither torch nor
+deepspeed. --config reads your DeepSpeed config (or a TrainingArguments JSON / accelerate YAML
+that names one) and prints the lr optimizer steps 0-3 use, unpatched and patched, computed with
+the installed release's own scheduler class on a throwaway optimizer (a child interpreter, a few
+seconds; no model, no training)."""
+DOCTOR_EPILOG = """\
+states (--strict exits 1 on the starred ones):
+  affected-active, affected-not-active*, backports-active, backports-not-active*, fixed-upstream,
+  not-affected (--config), untested, unsupported*, no-deepspeed, bad-value*
+"auto" values: the HF Trainer and accelerate fill them at run time; doctor says with what, fills
+only warmup_min_lr (0) and warmup_max_lr (the optimizer's lr), and asks for the rest (--lr, --set)."""
+DEMO = """\
+Check this node: trains a tiny model for 6 optimizer steps with the installed DeepSpeed, on CPU
+(DS_ACCELERATOR=cpu, also on a machine with a GPU), once with the patch off and once in reset
+mode, each in a fresh interpreter, and prints the lr each step used. Needs torch and DeepSpeed;
+the first run on a release compiles DeepSpeed's CPU comm op (20-60 s)."""
+STATUS = """\
+Without options: what a process started with this environment would do (the environment variable,
+the .pth, sitecustomize), without importing torch or deepspeed. --live starts such a process,
+imports deepspeed and accelerate in it, and prints its status(): mode, wrappers, verdicts."""
+
+
+def _version() -> str:
+    from . import __version__
+
+    return f"accelerate-warmup-patch {__version__}"
 
 
 def _parser() -> argparse.ArgumentParser:
+    raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="accelerate-warmup-patch", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{demo,doctor,status}")
-    demo = commands.add_parser("demo", help="train a tiny model on CPU unpatched and patched; print each step's lr")
-    demo.add_argument("-v", "--verbose", action="store_true", help="show DeepSpeed's own output")
-    demo.add_argument("--plot", metavar="PNG", help="also draw the lrs (needs the 'plot' extra: matplotlib)")
-    doctor = commands.add_parser("doctor", help="installed versions, verdicts, and whether the patch would be active")
-    doctor.add_argument("--json", action="store_true", help="machine-readable output (schema: docs/doctor.md)")
+                                     formatter_class=raw)
+    parser.add_argument("--version", action="version", version=_version())
+    commands = parser.add_subparsers(dest="command", title="commands", metavar="{doctor,demo,status}")
+    doctor = commands.add_parser("doctor", help="am I affected, and would a new process run patched?",
+                                 description=DOCTOR, epilog=DOCTOR_EPILOG, formatter_class=raw)
+    doctor.add_argument("--json", action="store_true", help="one JSON object on stdout (key 'state': the verdict)")
     doctor.add_argument("--strict", action="store_true",
-                        help="exit 1 if a release is untested/unsupported or the patch would not be active")
-    commands.add_parser("status", help="import deepspeed and accelerate, then print status() as JSON")
+                        help="exit 1 when an affected job would run unpatched or a value is not accepted")
+    doctor.add_argument("-v", "--verbose", action="store_true", help="also each multi-node runner's syntax")
+    doctor.add_argument("--config", metavar="FILE",
+                        help="a ds_config JSON, or a TrainingArguments JSON / accelerate YAML that names one")
+    doctor.add_argument("--lr", type=float, help="the optimizer's lr, where the config says \"auto\" or has none")
+    doctor.add_argument("--group-lrs", metavar="LR,LR", help="the param groups' lrs (default: one group at the lr)")
+    doctor.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                        help="a scheduler param, where the config says \"auto\" (e.g. warmup_num_steps=100)")
+    demo = commands.add_parser("demo", help="check this node: the installed DeepSpeed, unpatched and patched",
+                               description=DEMO, formatter_class=raw)
+    demo.add_argument("-v", "--verbose", action="store_true", help="show DeepSpeed's own output")
+    demo.add_argument("--plot", metavar="PNG", help="also draw the lrs (needs matplotlib: the package's 'plot' extra)")
+    status = commands.add_parser("status", help="what a process started with this environment would do",
+                                 description=STATUS, formatter_class=raw)
+    status.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    status.add_argument("--live", action="store_true", help="start such a process, import deepspeed in it, report")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
     if args.command == "demo":
         from . import demo as demo_module
 
@@ -38,20 +92,35 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "doctor":
         from . import doctor as doctor_module
 
-        return doctor_module.main(as_json=args.json, strict=args.strict)
-    return _status()
+        config_args = _config_args(parser, args) if args.config else None
+        return doctor_module.main(as_json=args.json, strict=args.strict, verbose=args.verbose,
+                                  config_args=config_args)
+    return _status(args.json, args.live)
 
 
-def _status() -> int:
-    import contextlib
-    import importlib
+def _config_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    sets: dict[str, float] = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        try:
+            sets[key.strip()] = float(value) if any(c in value for c in ".eE") else int(value)
+        except ValueError:
+            parser.error(f"--set {item}: expected KEY=NUMBER")
+    try:
+        group_lrs = [float(x) for x in args.group_lrs.split(",")] if args.group_lrs else None
+    except ValueError:
+        parser.error(f"--group-lrs {args.group_lrs}: expected numbers separated by commas")
+    return {"path": args.config, "lr": args.lr, "group_lrs": group_lrs, "sets": sets}
 
-    import accelerate_warmup_patch
 
-    for name in ("deepspeed", "accelerate.utils.deepspeed"):
-        with contextlib.suppress(Exception):  # not installed here: status says so
-            importlib.import_module(name)
-    print(json.dumps(accelerate_warmup_patch.status(), indent=2))
+def _status(as_json: bool, live: bool) -> int:
+    from . import status_report
+
+    data = status_report.live() if live else status_report.would()
+    if as_json:
+        print(json.dumps(data, indent=2))
+    else:
+        status_report.print_text(data)
     return 0
 
 

@@ -133,7 +133,9 @@ def tear_down() -> None:
 
 
 def _child(mode: str, verbose: bool) -> dict[str, Any]:
-    env = {**os.environ, "ACCELERATE_WARMUP_PATCH": mode}
+    # DS_ACCELERATOR=cpu: the same tiny CPU run on a machine with a GPU (the model and its inputs stay on CPU)
+    env = {**os.environ, "ACCELERATE_WARMUP_PATCH": mode, "DS_ACCELERATOR": "cpu"}
+    env.pop("ACCELERATE_WARMUP_PATCH_STRICT", None)
     command = [sys.executable, "-m", "accelerate_warmup_patch.demo"]  # run_one(), in a fresh interpreter
     proc = subprocess.run(command, env=env, capture_output=True, text=True)
     if verbose or proc.returncode != 0:
@@ -176,15 +178,27 @@ def plot(path: str, off: dict[str, Any], on: dict[str, Any]) -> None:
     print(f"Plot written to {path}")
 
 
+def missing_requirement(plot: bool) -> str | None:
+    """One line saying what the demo needs and this environment lacks, or None."""
+    import importlib.util
+
+    for module, install in (("torch", "pip install torch"), ("deepspeed", "pip install deepspeed")):
+        if importlib.util.find_spec(module) is None:
+            return f"the demo trains with the installed {module}, and {module} is not installed here: {install}"
+    if plot and importlib.util.find_spec("matplotlib") is None:
+        return ("--plot needs matplotlib: pip install matplotlib (the package's 'plot' extra: pip install '.[plot]' "
+                "in a clone, or the wheel's path followed by [plot])")
+    return None
+
+
 def main(verbose: bool = False, plot_path: str | None = None) -> int:
     """Parent: the unpatched and the patched run, then the table and a one-line verdict."""
-    if plot_path:
-        import importlib.util
-
-        if importlib.util.find_spec("matplotlib") is None:
-            print("--plot needs matplotlib: pip install 'accelerate-warmup-patch[plot]'", file=sys.stderr)
-            return 2
-    print("Training a tiny model on CPU with the installed DeepSpeed, twice (unpatched, patched).")
+    missing = missing_requirement(bool(plot_path))
+    if missing is not None:
+        print(f"accelerate-warmup-patch demo: {missing}", file=sys.stderr)
+        return 2
+    print("Training a tiny model on CPU (DS_ACCELERATOR=cpu) with the installed DeepSpeed, twice (unpatched, "
+          "patched).")
     print("The first run on a release builds DeepSpeed's CPU comm op: allow 20-60 s.", flush=True)
     off = _child("off", verbose)
     on = _child("reset", verbose)

@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import releases, settings
+from . import config, releases, settings
 
 PTH = "accelerate_warmup_patch.pth"
-SCHEMA = 1  # doctor --json's layout (docs/doctor.md); a change that removes or renames a key bumps it
+SCHEMA = 2  # doctor --json's layout (docs/doctor.md); a change that removes or renames a key bumps it
 
 
 def _site_dirs() -> list[str]:
@@ -103,59 +103,234 @@ def multinode(deepspeed: str | None, active: dict[str, Any]) -> dict[str, Any]:
     return {"carries": carries, "why": why, "runners": runners}
 
 
-def report() -> dict[str, Any]:
+# Every state doctor can find, in the order they are decided, and whether ``--strict`` fails on it: exactly the
+# states that leave an affected job unfixed or a value unaccepted (docs/doctor.md lists them with their lines).
+STATES: dict[str, bool] = {
+    "bad-value": True,  # ACCELERATE_WARMUP_PATCH holds a value the package does not accept
+    "no-deepspeed": False,  # nothing to patch in this environment
+    "unsupported": True,  # older than the table: the bug is there and the patch does nothing
+    "untested": False,  # newer than the table: assumed to carry every change the patch backports
+    "not-affected": False,  # --config: the scheduler never had the bug, or the config names none
+    "fixed-upstream": False,  # the release lacks nothing the patch backports
+    "affected-active": False,  # the first-step bug, and a new process runs patched
+    "affected-not-active": True,
+    "backports-active": False,  # the first step is fixed upstream; the patch still backports a later change
+    "backports-not-active": True,
+}
+_STEP_NOTE = " (step mode still applies if chosen)"
+
+
+def _through(active: dict[str, Any]) -> str:
+    ways = []
+    if any(t.startswith("env var") for t in active["through"]):
+        ways.append(f"{settings.ENV_MODE} + the .pth")
+    if active["sitecustomize"] and active["mode"] != settings.Mode.OFF:
+        ways.append("sitecustomize")
+    return " and ".join(ways)
+
+
+def _activity(active: dict[str, Any]) -> str:
+    """The verdict line's second half: whether a new process of this environment runs patched."""
+    if active["active_at_start_up"]:
+        return f"patch active in new processes ({active['mode']} mode, through {_through(active)}): fixed"
+    if active["mode"] == settings.Mode.OFF:
+        return f"patch NOT active in new processes: {settings.ENV_MODE}=off turns it off; set it to reset"
+    if active["env"] is not None and active["pth"] is None:
+        return (f"patch NOT active in new processes: {settings.ENV_MODE} is set but {PTH} is not installed in "
+                "this environment: pip install the package here")
+    return f"patch NOT active in new processes: set {settings.ENV_MODE}=reset"
+
+
+def _mode_note(active: dict[str, Any]) -> str:
+    if active["active_at_start_up"] and active["mode"] == settings.Mode.STEP:
+        return " in reset mode (step mode, set here, still steps each scheduler once before the first optimizer step)"
+    return _STEP_NOTE
+
+
+def _scope(deepspeed: str, config: dict[str, Any] | None) -> tuple[str, list[str], dict[str, list[str]]]:
+    """"not-affected", "affected", "backports" or "fixed-upstream" for a known release, with the affected
+    classes' labels and, per backported change still missing, the classes it concerns."""
+    if config is not None:
+        name = config["scheduler"]
+        if name is None or releases.never_affected(name):
+            return "not-affected", [], {}
+        classes = {name: config["params"]}
+    else:
+        classes = {name: {} for name in releases.scheduler_classes() if not releases.never_affected(name)}
+    affected: list[str] = []
+    backports: dict[str, list[str]] = {}
+    for name, params in classes.items():
+        fact = releases.start_fact(name, deepspeed)
+        if fact is None:
+            continue  # no such class on this release (WarmupCosineLR before 0.12.3)
+        if releases.lacks("start", name, deepspeed):
+            affected.append(f"{name}, groups 1+" if fact.start is releases.Start.SETS_GROUP_0_ONLY else name)
+            continue
+        missing = releases.backports_for(name, deepspeed, params) if config else releases.missing_backports(
+            name, deepspeed)
+        for change in {c.key: c for c in missing}.values():  # the table is in release order: the newest wins
+            backports.setdefault(f"{change.key.replace('_', ' ')} ({change.pr})", []).append(name)
+    if affected:
+        return "affected", affected, backports
+    return ("backports" if backports else "fixed-upstream"), [], backports
+
+
+def decide(versions: dict[str, str | None], active: dict[str, Any],
+           config: dict[str, Any] | None = None) -> tuple[str, str]:
+    """The state and its one verdict line."""
+    deepspeed = versions["deepspeed"]
+    raw = os.environ.get(settings.ENV_MODE, "")
+    if env_problem() is not None:
+        return "bad-value", (f"{settings.ENV_MODE}={raw!r} is NOT ACCEPTED - a new process warns and runs in "
+                             f"{settings.DEFAULT} mode: set one of {settings.ACCEPTED}")
+    if deepspeed is None:
+        return "no-deepspeed", ("DeepSpeed is not installed in this environment: nothing to patch (run doctor in "
+                                "the environment the training job runs in)")
+    level = releases.deepspeed_support(deepspeed)
+    if level is releases.Support.UNSUPPORTED:
+        return "unsupported", (f"DeepSpeed {deepspeed}: UNSUPPORTED (older than {releases.DEEPSPEED_FLOOR}) - "
+                               "affected, and the patch does nothing on it: upgrade DeepSpeed (0.15.3 fixes the "
+                               "first step, 0.19.4 every change the patch backports)")
+    if level is releases.Support.UNTESTED:
+        return "untested", (f"DeepSpeed {deepspeed}: UNTESTED (newer than {releases.NEWEST_DEEPSPEED}) - assumed "
+                            f"fixed upstream, the patch changes nothing{_STEP_NOTE}")
+    subject = f"DeepSpeed {deepspeed}" + (f", {Path(config['path']).name}" if config else "")
+    kind, affected, backports = _scope(deepspeed, config)
+    active_now = active["active_at_start_up"]
+    if kind == "not-affected":
+        name = config["scheduler"] if config else None
+        why = (f"{name} sets the lr when built, on every release" if name else
+               "no DeepSpeed scheduler in the config; a WarmupLR, WarmupDecayLR or WarmupCosineLR built in code "
+               "would be, the HF Trainer's own lr_scheduler_type is not")
+        return kind, f"{subject}: not affected ({why}) - the patch changes nothing{_mode_note(active)}"
+    if kind == "fixed-upstream":
+        return kind, f"{subject}: fixed upstream, the patch changes nothing{_mode_note(active)}"
+    what = "; ".join(f"{change} to {', '.join(names)}" for change, names in backports.items())
+    if kind == "affected":
+        state = "affected-active" if active_now else "affected-not-active"
+        return state, f"{subject}: AFFECTED ({', '.join(affected)}) - {_activity(active)}"
+    state = "backports-active" if active_now else "backports-not-active"
+    return state, f"{subject}: fixed upstream; the patch still backports {what} - {_activity(active)}"
+
+
+def config_section(path: str, lr: float | None, group_lrs: list[float] | None, sets: dict[str, float],
+                   deepspeed: str | None, run: bool = True) -> dict[str, Any]:
+    """``--config``: the scheduler it names, its "auto" values explained, and the lrs of steps 0..3."""
+    loaded = config.load(path)
+    planned = config.plan(loaded, lr, group_lrs, sets)
+    if planned.scheduler is not None and planned.scheduler not in releases.scheduler_classes():
+        raise config.ConfigError(f"{path}: scheduler type {planned.scheduler!r} is not one of DeepSpeed's: "
+                                 f"{', '.join(releases.scheduler_classes())}")
+    section: dict[str, Any] = {
+        "path": path, "via": loaded.via or None, "scheduler": planned.scheduler, "params": planned.params,
+        "lr": planned.lr, "group_lrs": planned.group_lrs, "auto": planned.autos, "missing": planned.missing,
+        "lrs": None, "lrs_not_computed": None}
+    if planned.scheduler is None:
+        section["lrs_not_computed"] = "no DeepSpeed scheduler: the lrs are the optimizer's and your scheduler's"
+    elif deepspeed is None:
+        section["lrs_not_computed"] = "DeepSpeed is not installed"
+    elif releases.deepspeed_support(deepspeed) is releases.Support.UNSUPPORTED or releases.start_fact(
+            planned.scheduler, deepspeed) is None:
+        section["lrs_not_computed"] = f"DeepSpeed {deepspeed} has no {planned.scheduler} the table knows"
+    elif planned.missing:
+        section["lrs_not_computed"] = f"give {' and '.join(planned.missing)} (see the \"auto\" values above)"
+    elif run:
+        assert planned.lr is not None
+        section["lrs"] = config.compute(planned.scheduler, planned.params, planned.lr, planned.group_lrs)
+    return section
+
+
+def report(config_args: dict[str, Any] | None = None) -> dict[str, Any]:
     versions = {name: releases.installed(name) for name in ("torch", "deepspeed", "accelerate", "transformers")}
     deepspeed, accelerate = versions["deepspeed"], versions["accelerate"]
-    problems = []
-    if deepspeed is None:
-        problems.append("deepspeed is not installed")
-    else:
-        level = releases.deepspeed_support(deepspeed)
-        if level is not releases.Support.KNOWN:
-            problems.append(f"DeepSpeed {deepspeed} is {level.value} (table: {releases.DEEPSPEED_FLOOR} to "
-                            f"{releases.NEWEST_DEEPSPEED})")
-    if accelerate is not None and releases.accelerate_support(accelerate) is not releases.Support.KNOWN:
-        problems.append(f"accelerate {accelerate} is {releases.accelerate_support(accelerate).value} (table: "
-                        f"{releases.ACCELERATE_FLOOR} to {releases.NEWEST_ACCELERATE})")
     active = activation()
+    section = config_section(deepspeed=deepspeed, **config_args) if config_args else None
+    state, line = decide(versions, active, section)
+    problems, notes = [], []
     bad_value = env_problem()
     if bad_value is not None:
         problems.append(bad_value)
-    if not active["active_at_start_up"]:
-        problems.append(f"the patch would not be active at start-up (set {settings.ENV_MODE}=reset)")
+    if STATES[state] and state != "bad-value":
+        problems.append(line)
+    if accelerate is not None and releases.accelerate_support(accelerate) is not releases.Support.KNOWN:
+        notes.append(f"accelerate {accelerate} is {releases.accelerate_support(accelerate).value} (table: "
+                     f"{releases.ACCELERATE_FLOOR} to {releases.NEWEST_ACCELERATE}): the schedulers are still fixed "
+                     "where they are built")
+    if state == "untested":
+        notes.append(f"DeepSpeed {deepspeed} is newer than the table: `nox -s new_release -- {deepspeed}` in a clone "
+                     "checks it")
     verdicts = {name: releases.verdict(name, deepspeed) for name in releases.scheduler_classes()} if deepspeed else {}
-    return {"schema": SCHEMA, "versions": versions, "verdicts": verdicts, "activation": active,
-            "multinode": multinode(deepspeed, active), "problems": problems,
+    return {"schema": SCHEMA, "state": state, "verdict": line, "strict_fails": STATES[state] or bool(problems),
+            "versions": versions, "verdicts": verdicts, "activation": active,
+            "multinode": multinode(deepspeed, active), "config": section, "problems": problems, "notes": notes,
             "package": releases.installed("accelerate-warmup-patch"), "python": sys.version.split()[0]}
 
 
-def main(as_json: bool, strict: bool) -> int:
-    data = report()
+def main(as_json: bool = False, strict: bool = False, verbose: bool = False,
+         config_args: dict[str, Any] | None = None) -> int:
+    try:
+        data = report(config_args)
+    except config.ConfigError as error:
+        print(f"accelerate-warmup-patch doctor: error: {error}", file=sys.stderr)
+        return 2
     if as_json:
         print(json.dumps(data, indent=2))
     else:
-        _print(data)
-    return 1 if strict and data["problems"] else 0
+        _print(data, verbose)
+    return 1 if strict and data["strict_fails"] else 0
 
 
-def _print(data: dict[str, Any]) -> None:
-    print(f"accelerate-warmup-patch {data['package']} on Python {data['python']}")
-    for name, version in data["versions"].items():
-        print(f"  {name:13s} {version or 'not installed'}")
+def _lrs(row: list[float]) -> str:
+    return ", ".join(f"{lr:g}" for lr in row)
+
+
+def _print(data: dict[str, Any], verbose: bool) -> None:
+    print(data["verdict"])
+    print()
+    versions = ", ".join(f"{name} {version or 'not installed'}" for name, version in data["versions"].items())
+    print(f"Installed: accelerate-warmup-patch {data['package']}, Python {data['python']}, {versions}")
     if data["verdicts"]:
         print(f"DeepSpeed {data['versions']['deepspeed']}, per scheduler class:")
         for name, verdict in data["verdicts"].items():
             print(f"  {name:15s} {verdict}")
     active = data["activation"]
-    print(f"Activation: mode {active['mode']}; at start-up: "
-          f"{', '.join(active['through']) if active['through'] else 'no'}; by import: {active['by_import']}")
+    at_start = ", ".join(active["through"]) if active["through"] else "no"
+    print(f"A new process: mode {active['mode']}; armed at start-up: {at_start}; "
+          f"`import accelerate_warmup_patch`: {active['by_import']}")
     nodes = data["multinode"]
     print(f"Multi-node (deepspeed --hostfile): {'carried' if nodes['carries'] else 'not carried'}: {nodes['why']}")
-    if nodes["runners"]:
+    if verbose and nodes["runners"]:
         print("  runner   what it writes for each exported variable")
-    for launcher, how in nodes["runners"].items():
-        print(f"  {launcher:8s} {how}")
+        for launcher, how in nodes["runners"].items():
+            print(f"  {launcher:8s} {how}")
+    if data["config"] is not None:
+        _print_config(data["config"], data["versions"]["deepspeed"])
     for problem in data["problems"]:
-        print(f"  problem: {problem}")
-    if not data["problems"]:
-        print("OK")
+        if problem != data["verdict"]:  # the first line said it
+            print(f"  problem: {problem}")
+    for note in data["notes"]:
+        print(f"  note: {note}")
+    print(f"--strict: {'exit 1' if data['strict_fails'] else 'passes'} (state {data['state']})")
+
+
+def _print_config(section: dict[str, Any], deepspeed: str | None) -> None:
+    via = f" ({section['via']})" if section["via"] else ""
+    print(f"Config {section['path']}{via}:")
+    if section["scheduler"] is None:
+        print("  no DeepSpeed scheduler")
+    else:
+        params = ", ".join(f"{k}={v}" for k, v in section["params"].items())
+        lr = "?" if section["lr"] is None else f"{section['lr']:g}"
+        print(f"  scheduler {section['scheduler']}({params}); optimizer lr {lr}; groups' lrs "
+              f"{_lrs(section['group_lrs']) or '?'}")
+    for auto in section["auto"]:
+        print(f"  {auto}")
+    lrs = section["lrs"]
+    if lrs is None:
+        print(f"  step lrs not computed: {section['lrs_not_computed']}")
+        return
+    print(f"The lr each optimizer step uses (DeepSpeed {lrs['deepspeed']}'s own {section['scheduler']} on a "
+          "throwaway optimizer, in the engine's order):")
+    print(f"  {'step':>4}  {'unpatched':>20}  {'patched':>20}")
+    for step, (before, after) in enumerate(zip(lrs["unpatched"], lrs["patched"])):
+        print(f"  {step:>4}  {_lrs(before):>20}  {_lrs(after):>20}")

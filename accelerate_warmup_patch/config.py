@@ -1,0 +1,222 @@
+"""``doctor --config``: the user's scheduler, read from their DeepSpeed config, and the lrs of its first steps.
+
+A ds_config JSON, a TrainingArguments JSON whose ``deepspeed`` names one (or holds it), or an accelerate
+config YAML whose ``deepspeed_config.deepspeed_config_file`` names one. The lrs come from the installed
+release's own scheduler class on a throwaway optimizer (no model, no engine), driven in the engine's
+order, in a child interpreter (``python -m accelerate_warmup_patch.config``) so that this process
+imports neither torch nor deepspeed: first with the patch removed, then applied in ``reset`` mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STEPS = 4  # optimizer steps 0..3
+RESULT = "AWP-CONFIG-RESULT "
+AUTO = "auto"
+
+# what fills an "auto" value, per key (transformers' integrations/deepspeed.py trainer_config_process and
+# trainer_config_finalize; accelerate's Accelerator._prepare_deepspeed with a DummyOptim/DummyScheduler)
+FILLED_BY: dict[str, str] = {
+    "optimizer.params.lr": "the HF Trainer fills TrainingArguments.learning_rate (--learning_rate), accelerate "
+                           "the lr of the DummyOptim your script passes: give it with --lr",
+    "warmup_min_lr": "the HF Trainer and accelerate both fill 0",
+    "warmup_max_lr": "the HF Trainer and accelerate both fill the optimizer's lr",
+    "warmup_num_steps": "the HF Trainer fills warmup_steps (or warmup_ratio x the run's steps), at least 1; "
+                        "accelerate the DummyScheduler's warmup_num_steps: give it with --set warmup_num_steps=N",
+    "total_num_steps": "the HF Trainer fills the run's optimizer steps (max_steps), accelerate the "
+                       "DummyScheduler's total_num_steps over the processes: give it with --set total_num_steps=N",
+}
+FIXED_FILLS = {"warmup_min_lr": 0.0}  # the same number whoever fills it; warmup_max_lr is the optimizer's lr
+
+
+class ConfigError(ValueError):
+    """A config that cannot be read, or names no DeepSpeed config; the message says which and why."""
+
+
+@dataclass
+class Loaded:
+    """A DeepSpeed config and how it was reached from the file the user named."""
+
+    named: str
+    ds_config: dict[str, Any]
+    via: str  # "" when the named file is the ds_config itself
+    trainer_lr: float | None = None  # TrainingArguments' learning_rate, when a Trainer args file gave it
+
+
+@dataclass
+class Plan:
+    """What the child computes, or why it cannot: the scheduler, its params, the groups' lrs."""
+
+    scheduler: str | None
+    params: dict[str, Any] = field(default_factory=dict)
+    lr: float | None = None
+    group_lrs: list[float] = field(default_factory=list)
+    autos: list[str] = field(default_factory=list)  # "key: what fills it"
+    missing: list[str] = field(default_factory=list)  # what must be given before the lrs can be computed
+
+
+def load(path: str) -> Loaded:
+    """Read ``path``: a ds_config, or a Trainer/accelerate config that names one."""
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as error:
+        raise ConfigError(f"cannot read {path}: {error.strerror}") from None
+    if file.suffix in (".yaml", ".yml"):
+        return _from_accelerate_yaml(file, text)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{path} is not JSON ({error}); an accelerate config must end in .yaml or .yml") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} holds a JSON {type(data).__name__}, not a config object")
+    if "deepspeed" in data and not any(k in data for k in ("optimizer", "scheduler", "zero_optimization")):
+        lr = data.get("learning_rate")
+        inner = _follow(file, data["deepspeed"], "TrainingArguments' deepspeed")
+        inner.trainer_lr = float(lr) if isinstance(lr, (int, float)) else None
+        return inner
+    return Loaded(path, data, "")
+
+
+def _follow(file: Path, target: Any, what: str) -> Loaded:
+    if isinstance(target, dict):
+        return Loaded(str(file), target, f"{what} (inline)")
+    if not isinstance(target, str) or not target:
+        raise ConfigError(f"{file}: {what} is {target!r}, not a path to a DeepSpeed config")
+    candidates = [Path(target), file.parent / target]
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        raise ConfigError(f"{file}: {what} names {target}, which is not a file here or beside {file.name}")
+    inner = load(str(found))
+    return Loaded(str(file), inner.ds_config, f"{what} names {found}")
+
+
+def _from_accelerate_yaml(file: Path, text: str) -> Loaded:
+    try:
+        import yaml  # type: ignore[import-untyped]  # accelerate's own dependency: present wherever an accelerate config is used
+    except ImportError:
+        raise ConfigError(f"reading {file} needs PyYAML (installed with accelerate)") from None
+    data = yaml.safe_load(text) or {}
+    deepspeed = data.get("deepspeed_config") if isinstance(data, dict) else None
+    if not isinstance(deepspeed, dict):
+        raise ConfigError(f"{file} has no deepspeed_config: accelerate does not run DeepSpeed with it")
+    if deepspeed.get("deepspeed_config_file"):
+        return _follow(file, deepspeed["deepspeed_config_file"], "deepspeed_config.deepspeed_config_file")
+    # accelerate builds the ds_config from these keys, with no scheduler: the script's own is used
+    return Loaded(str(file), {}, "deepspeed_config without a deepspeed_config_file (accelerate builds one "
+                  "with no DeepSpeed scheduler)")
+
+
+def plan(loaded: Loaded, lr: float | None, group_lrs: list[float] | None, sets: dict[str, float]) -> Plan:
+    """Resolve the scheduler's params and the optimizer's lr; "auto" values are explained, and filled only
+    where every filler fills the same number (or the user gave one)."""
+    scheduler = loaded.ds_config.get("scheduler")
+    if not isinstance(scheduler, dict) or not scheduler.get("type"):
+        return Plan(None)
+    result = Plan(str(scheduler["type"]), params=dict(scheduler.get("params") or {}))
+    raw_lr = ((loaded.ds_config.get("optimizer") or {}).get("params") or {}).get("lr")
+    if lr is not None:
+        result.lr = lr
+        if raw_lr != lr:
+            result.autos.append(f"optimizer.params.lr: {raw_lr if raw_lr is not None else 'none'}: --lr {lr:g}")
+    elif raw_lr == AUTO and loaded.trainer_lr is not None:
+        result.lr = loaded.trainer_lr
+        result.autos.append(f"optimizer.params.lr: {AUTO}: TrainingArguments' learning_rate, {loaded.trainer_lr:g}")
+    elif isinstance(raw_lr, (int, float)):
+        result.lr = float(raw_lr)
+    elif raw_lr == AUTO:
+        result.autos.append(f"optimizer.params.lr: {AUTO}: {FILLED_BY['optimizer.params.lr']}")
+        result.missing.append("--lr")
+    else:
+        result.autos.append("optimizer.params.lr: none (the optimizer is built in code): give its lr with --lr")
+        result.missing.append("--lr")
+    for key, value in list(result.params.items()):
+        if key in sets:
+            result.params[key] = sets.pop(key)
+            result.autos.append(f"{key}: {value}: --set {key}={result.params[key]}")
+        elif value == AUTO:
+            result.autos.append(f"{key}: {AUTO}: {FILLED_BY.get(key, 'filled by the HF Trainer or accelerate')}")
+            if key in FIXED_FILLS:
+                result.params[key] = FIXED_FILLS[key]
+            elif key == "warmup_max_lr" and result.lr is not None:
+                result.params[key] = result.lr
+            elif key != "warmup_max_lr":
+                result.missing.append(f"--set {key}=N")
+    result.params.update(sets)  # a key the config leaves out
+    result.group_lrs = list(group_lrs) if group_lrs else ([result.lr] if result.lr is not None else [])
+    return result
+
+
+def compute(scheduler: str, params: dict[str, Any], lr: float, group_lrs: list[float],
+            timeout: float = 300) -> dict[str, Any]:
+    """The lr of optimizer steps 0..3 per group, unpatched and patched, from the installed release's class."""
+    request = json.dumps({"scheduler": scheduler, "params": params, "lr": lr, "group_lrs": group_lrs})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")}
+    proc = subprocess.run([sys.executable, "-m", "accelerate_warmup_patch.config", request], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith(RESULT)), None)
+    if line is None:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ConfigError(f"computing the lrs failed (exit {proc.returncode}): {last}")
+    result: dict[str, Any] = json.loads(line[len(RESULT):])
+    if "error" in result:
+        raise ConfigError(result["error"])
+    return result
+
+
+# The child ----------------------------------------------------------------------------------
+
+def drive(scheduler: str, params: dict[str, Any], lr: float, group_lrs: list[float]) -> list[list[float]]:
+    """Build the class on a throwaway optimizer and run the engine's order: an optimizer step at the
+    groups' lrs (recorded), then scheduler.step()."""
+    import torch
+    from deepspeed.runtime import lr_schedules
+
+    weights = [torch.nn.Parameter(torch.zeros(1)) for _ in group_lrs]
+    optimizer = torch.optim.AdamW([{"params": [w], "lr": g} for w, g in zip(weights, group_lrs)], lr=lr)
+    built = getattr(lr_schedules, scheduler)(optimizer, **params)
+    rows = []
+    for _ in range(STEPS):
+        rows.append([float(group["lr"]) for group in optimizer.param_groups])
+        optimizer.step()  # no gradients: the weights stay, as the lrs are all we read
+        built.step()
+    return rows
+
+
+def _child(request: dict[str, Any]) -> dict[str, Any]:
+    import accelerate_warmup_patch
+
+    fresh = os.environ.get("AWP_CONFIG_FRESH")  # tests: one run, armed by the environment as in a new process
+    if not fresh:
+        accelerate_warmup_patch.remove()  # this child's own import armed it: unpatched first
+    import deepspeed
+    from deepspeed.runtime import lr_schedules
+
+    scheduler = request["scheduler"]
+    if not isinstance(getattr(lr_schedules, scheduler, None), type):
+        return {"error": f"DeepSpeed {deepspeed.__version__} has no scheduler class {scheduler!r}"}
+    args = (scheduler, request["params"], request["lr"], request["group_lrs"])
+    try:
+        if fresh:
+            return {"deepspeed": deepspeed.__version__, "lrs": drive(*args)}
+        unpatched = drive(*args)
+        accelerate_warmup_patch.apply("reset")
+        try:
+            patched = drive(*args)
+        finally:
+            accelerate_warmup_patch.remove()
+    except Exception as error:  # the release's own constructor refuses these params: say so
+        return {"error": f"DeepSpeed {deepspeed.__version__}'s {scheduler} refuses these params: {error!r}"}
+    return {"deepspeed": deepspeed.__version__, "unpatched": unpatched, "patched": patched}
+
+
+if __name__ == "__main__":
+    outcome = _child(json.loads(sys.argv[1]))
+    print(RESULT + json.dumps(outcome), flush=True)
