@@ -1,0 +1,198 @@
+"""doctor as a new user meets it: one verdict line per state, --strict's exit code, and --config's step lrs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import GOLDEN, installed
+from harness import SCHEDULERS, Spec, expected_unpatched_first_step
+
+from accelerate_warmup_patch import doctor, releases, settings
+
+ROOT = Path(__file__).resolve().parent.parent
+DEEPSPEED = installed("deepspeed")
+
+
+def _cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+         python: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")}
+    full.update(env or {})
+    return subprocess.run([sys.executable, *python, "-m", "accelerate_warmup_patch", *args], env=full,
+                          capture_output=True, text=True, timeout=600, cwd=cwd)
+
+
+def _as_if(tmp_path: Path, version: str) -> dict[str, str]:
+    """A fake: DeepSpeed's metadata at ``version``, ahead on the path (doctor reads metadata, imports nothing).
+    No real release older than 0.9 or newer than the table installs beside torch 2.13, nor every state's release."""
+    info = tmp_path / f"deepspeed-{version}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: deepspeed\nVersion: {version}\n")
+    return {"PYTHONPATH": str(tmp_path)}
+
+
+ON = {"ACCELERATE_WARMUP_PATCH": "reset"}
+NOT_ACTIVE = f"patch NOT active in new processes: set {settings.ENV_MODE}=reset"
+ACTIVE = f"patch active in new processes (reset mode, through {settings.ENV_MODE} + the .pth): fixed"
+ALL_THREE = "WarmupLR, WarmupDecayLR, WarmupCosineLR"
+
+# state -> (DeepSpeed release as its metadata says, environment, verdict line, --strict's exit code)
+STATES = {
+    "affected-not-active": ("0.15.2", {}, f"DeepSpeed 0.15.2: AFFECTED ({ALL_THREE}) - {NOT_ACTIVE}", 1),
+    "affected-active": ("0.15.2", ON, f"DeepSpeed 0.15.2: AFFECTED ({ALL_THREE}) - {ACTIVE}", 0),
+    "affected-not-active (off)": ("0.17.0", {"ACCELERATE_WARMUP_PATCH": "off"},
+                                  "DeepSpeed 0.17.0: AFFECTED (WarmupCosineLR, groups 1+) - patch NOT active in new "
+                                  "processes: ACCELERATE_WARMUP_PATCH=off turns it off; set it to reset", 1),
+    "backports-not-active": ("0.19.2", {}, "DeepSpeed 0.19.2: fixed upstream; the patch still backports default "
+                             "peak (#8171) to WarmupLR, WarmupDecayLR; ratio past warmup (#8142), unknown warmup "
+                             f"type (#8151) to WarmupCosineLR - {NOT_ACTIVE}", 1),
+    "backports-active": ("0.19.3", ON, "DeepSpeed 0.19.3: fixed upstream; the patch still backports default peak "
+                         "(#8171) to WarmupLR, WarmupDecayLR; unknown warmup type (#8151) to WarmupCosineLR - "
+                         f"{ACTIVE}", 0),
+    "fixed-upstream": ("0.19.8", {}, "DeepSpeed 0.19.8: fixed upstream, the patch changes nothing (step mode still "
+                       "applies if chosen)", 0),
+    "untested": ("9.0.0", {}, "DeepSpeed 9.0.0: UNTESTED (newer than 0.19.8) - assumed fixed upstream, the patch "
+                 "changes nothing (step mode still applies if chosen)", 0),
+    "unsupported": ("0.8.3", ON, "DeepSpeed 0.8.3: UNSUPPORTED (older than 0.9.0) - affected, and the patch does "
+                    "nothing on it: upgrade DeepSpeed (0.15.3 fixes the first step, 0.19.4 every change the patch "
+                    "backports)", 1),
+    "bad-value": ("0.15.2", {"ACCELERATE_WARMUP_PATCH": "rset"}, "ACCELERATE_WARMUP_PATCH='rset' is NOT ACCEPTED - a "
+                  f"new process warns and runs in reset mode: set one of {settings.ACCEPTED}", 1),
+}
+
+
+@pytest.mark.parametrize("state", sorted(STATES))
+def test_each_state_opens_with_its_verdict_line_and_strict_exit_code(tmp_path, state):
+    version, env, line, code = STATES[state]
+    proc = _cli("doctor", "--strict", env={**env, **_as_if(tmp_path, version)})
+    assert proc.stdout.splitlines()[0] == line, proc.stdout
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    data = json.loads(_cli("doctor", "--json", env={**env, **_as_if(tmp_path, version)}).stdout)
+    assert data["state"] == state.split(" ")[0] and data["verdict"] == line
+    assert data["strict_fails"] is bool(code) is doctor.STATES[data["state"]]
+
+
+def test_no_deepspeed_says_nothing_to_patch_and_strict_passes(tmp_path):
+    # no site-packages at all (-S), only the checkout: no torch, no DeepSpeed, no .pth
+    proc = _cli("doctor", "--strict", env={"PYTHONPATH": str(ROOT)}, python=("-S",), cwd=tmp_path)
+    assert proc.stdout.splitlines()[0].startswith("DeepSpeed is not installed in this environment: nothing to patch")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_config_without_a_deepspeed_scheduler_is_not_affected(tmp_path):
+    (tmp_path / "ds_config.json").write_text(json.dumps({"optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}))
+    proc = _cli("doctor", "--strict", "--config", "ds_config.json", cwd=tmp_path, env=_as_if(tmp_path, "0.15.2"))
+    assert proc.stdout.splitlines()[0].startswith("DeepSpeed 0.15.2, ds_config.json: not affected (no DeepSpeed "
+                                                  "scheduler in the config"), proc.stdout
+    assert proc.returncode == 0
+
+
+def test_every_state_is_documented():
+    documented = (ROOT / "docs" / "doctor.md").read_text()
+    for state, fails in doctor.STATES.items():
+        assert f"| `{state}` | {'yes' if fails else 'no'} |" in documented, state
+
+
+# --config: the lrs of steps 0..3 from the installed release's own class --------------------------------------
+
+def _config(tmp_path: Path, scheduler: str, lr: object = 1e-3, name: str = "ds_config.json") -> Path:
+    data: dict[str, object] = {"train_micro_batch_size_per_gpu": 2,
+                               "optimizer": {"type": "AdamW", "params": {"lr": lr}}}
+    if SCHEDULERS[scheduler]:
+        data["scheduler"] = SCHEDULERS[scheduler]
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _approx(rows: list[list[float]]) -> list[object]:
+    return [pytest.approx(row) for row in rows]
+
+
+def _lrs(*args: str, cwd: Path) -> dict[str, object]:
+    proc = _cli("doctor", "--json", *args, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    return data
+
+
+def _expected(spec: Spec) -> tuple[list[list[float]], list[list[float]]]:
+    """What the demo's engines measured: the newest release's trajectory, and this release's unpatched one."""
+    newest = GOLDEN["runs"][spec.key][:4]
+    return [expected_unpatched_first_step(spec, DEEPSPEED), *newest[1:]], newest
+
+
+@pytest.mark.parametrize("scheduler, groups", [("WarmupLR-linear", [1e-3]), ("WarmupCosineLR", [1e-3, 5e-4]),
+                                               ("OneCycle", [1e-3])])
+def test_config_lrs_of_steps_0_to_3_equal_the_engines(tmp_path, scheduler, groups):
+    _config(tmp_path, scheduler)
+    args = ["--config", "ds_config.json"] + (["--group-lrs", ",".join(map(str, groups))] if len(groups) > 1 else [])
+    data = _lrs(*args, cwd=tmp_path)
+    unpatched, patched = _expected(Spec(scheduler=scheduler, groups=groups))
+    assert data["config"]["lrs"]["unpatched"] == _approx(unpatched)
+    assert data["config"]["lrs"]["patched"] == _approx(patched)
+    assert data["config"]["lrs"]["deepspeed"] == DEEPSPEED
+
+
+def test_config_on_the_demo_schedule_prints_the_demos_table(tmp_path):
+    _config(tmp_path, "WarmupLR-linear")
+    proc = _cli("doctor", "--config", "ds_config.json", cwd=tmp_path)
+    fixed = not releases.lacks("start", "WarmupLR", DEEPSPEED)
+    rows = [line.split() for line in proc.stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert rows == [["0", "0" if fixed else "0.001", "0"], ["1", "0", "0"], ["2", "0.0002", "0.0002"],
+                    ["3", "0.0004", "0.0004"]], proc.stdout
+
+
+def test_config_auto_values_are_explained_and_the_rest_asked_for(tmp_path):
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps({"optimizer": {"type": "AdamW", "params": {"lr": "auto"}}, "scheduler": {
+        "type": "WarmupLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto", "warmup_num_steps": "auto",
+                                       "warmup_type": "linear"}}}))
+    section = _lrs("--config", "ds_config.json", cwd=tmp_path)["config"]
+    assert section["lrs"] is None and section["missing"] == ["--lr", "--set warmup_num_steps=N"]
+    assert any("TrainingArguments.learning_rate" in line for line in section["auto"]), section["auto"]
+    filled = _lrs("--config", "ds_config.json", "--lr", "1e-3", "--set", "warmup_num_steps=5", cwd=tmp_path)["config"]
+    unpatched, patched = _expected(Spec())
+    assert filled["lrs"]["unpatched"] == _approx(unpatched)
+    assert filled["lrs"]["patched"] == _approx(patched)
+
+
+def test_config_reached_through_training_arguments_and_an_accelerate_yaml(tmp_path):
+    _config(tmp_path, "WarmupLR-linear", lr="auto")
+    (tmp_path / "args.json").write_text(json.dumps({"output_dir": "out", "learning_rate": 1e-3,
+                                                   "deepspeed": "ds_config.json"}))
+    (tmp_path / "accelerate.yaml").write_text("distributed_type: DEEPSPEED\ndeepspeed_config:\n"
+                                              "  deepspeed_config_file: ds_config.json\n")
+    through_args = _lrs("--config", "args.json", cwd=tmp_path)["config"]
+    assert through_args["lr"] == 1e-3 and through_args["lrs"]["patched"] == _approx(_expected(Spec())[1])
+    through_yaml = _lrs("--config", "accelerate.yaml", cwd=tmp_path)["config"]
+    assert "deepspeed_config_file names" in through_yaml["via"] and through_yaml["missing"] == ["--lr"]
+
+
+def test_config_remove_and_apply_in_one_child_equal_two_fresh_interpreters(tmp_path):
+    request = json.dumps({"scheduler": "WarmupLR", "params": SCHEDULERS["WarmupLR-default-max"]["params"],
+                          "lr": 2e-3, "group_lrs": [2e-3, 5e-4]})
+    command = [sys.executable, "-m", "accelerate_warmup_patch.config", request]
+
+    def child(env: dict[str, str]) -> dict[str, object]:
+        full = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")}
+        proc = subprocess.run(command, env={**full, **env}, capture_output=True, text=True, timeout=600)
+        line = next(x for x in proc.stdout.splitlines() if x.startswith("AWP-CONFIG-RESULT "))
+        return dict(json.loads(line.split(" ", 1)[1]))
+
+    both = child({})
+    assert both["unpatched"] == child({"AWP_CONFIG_FRESH": "1", "ACCELERATE_WARMUP_PATCH": "off"})["lrs"]
+    assert both["patched"] == child({"AWP_CONFIG_FRESH": "1", "ACCELERATE_WARMUP_PATCH": "reset"})["lrs"]
+    newest = GOLDEN["runs"][Spec(scheduler="WarmupLR-default-max", groups=[2e-3, 5e-4]).key][:4]
+    assert both["patched"] == _approx(newest)
+
+
+def test_an_unreadable_config_is_one_line_and_exit_2(tmp_path):
+    proc = _cli("doctor", "--config", "missing.json", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "accelerate-warmup-patch doctor: error: cannot read missing.json: " \
+                                  "No such file or directory"
