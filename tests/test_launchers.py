@@ -1,4 +1,5 @@
-"""Real 2-rank CPU launches (gloo) armed by the environment alone, through each launcher."""
+"""Real 2-rank CPU launches (gloo) armed by the environment alone, through each launcher: the README's quick-start
+lines as written (tests/quickstart.py), ``train.py`` being tests/quickstart_train.py, with a port option added."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import quickstart
 from conftest import HERE, installed
 
 from accelerate_warmup_patch import releases
 
 BIN = Path(sys.executable).parent
-SCRIPT = str(HERE / "launched.py")
+SCRIPT = str(HERE / "quickstart_train.py")  # the README's train.py: one rank of launched.py
+LAUNCHED = str(HERE / "launched.py")
 
 
 def _launch(command: list[str], port: int, out: Path,
@@ -41,27 +44,24 @@ def _check(launched: tuple[subprocess.CompletedProcess[str], dict[str, object]])
 
 
 def test_torchrun_two_cpu_ranks(tmp_path):
-    _check(_launch([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                    "--master_port", "29741", SCRIPT], 29741, tmp_path))
+    line = quickstart.line("torchrun --nproc_per_node 2 train.py")
+    _check(_launch(quickstart.command(line, SCRIPT, 29741), 29741, tmp_path))
 
 
 def test_accelerate_launch_two_cpu_ranks(tmp_path):
-    _check(_launch([str(BIN / "accelerate"), "launch", "--use_deepspeed", "--zero_stage", "2",
-                    "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-                    "--dynamo_backend", "no", "--main_process_port", "29742", SCRIPT, "--accelerate"],
-                   29742, tmp_path))
+    _check(_launch(quickstart.command(quickstart.line("accelerate launch "), SCRIPT, 29742), 29742, tmp_path))
 
 
 @pytest.mark.skipif(shutil.which("numactl") is None,
                     reason="DeepSpeed's launcher binds CPU ranks with numactl (Debian package numactl)")
 def test_deepspeed_launcher_two_cpu_ranks(tmp_path):
-    _check(_launch([str(BIN / "deepspeed"), "--num_gpus", "2", "--master_port", "29743", SCRIPT], 29743, tmp_path))
+    _check(_launch(quickstart.command(quickstart.line("deepspeed --num_gpus"), SCRIPT, 29743), 29743, tmp_path))
 
 
 def test_accelerate_launch_in_step_mode_uses_lr_k_at_step_k(tmp_path):
     proc, ranks = _launch([str(BIN / "accelerate"), "launch", "--use_deepspeed", "--zero_stage", "2",
                            "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-                           "--dynamo_backend", "no", "--main_process_port", "29744", SCRIPT, "--accelerate"],
+                           "--dynamo_backend", "no", "--main_process_port", "29744", LAUNCHED, "--accelerate"],
                           29744, tmp_path, mode="step")
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert ranks["rank0"] == ranks["rank1"] == [[0.0], [0.0002], [0.0004], [0.0006]]
