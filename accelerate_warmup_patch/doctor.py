@@ -1,7 +1,8 @@
 """``doctor``: what is installed, what the guard table says of it, and whether the patch would run.
 
 Reads package metadata and files only: it imports neither torch, deepspeed nor accelerate, so it
-is fast enough for an image build step (``doctor --strict``).
+is fast enough for an image build step (``doctor --strict``). ``--config`` computes the lrs of a user's
+scheduler in a child interpreter (``config.py``). Opens with one verdict line: the state (``STATES``).
 """
 
 from __future__ import annotations
@@ -205,7 +206,10 @@ def decide(versions: dict[str, str | None], active: dict[str, Any],
         return kind, f"{subject}: not affected ({why}) - the patch changes nothing{_mode_note(active)}"
     if kind == "fixed-upstream":
         return kind, f"{subject}: fixed upstream, the patch changes nothing{_mode_note(active)}"
-    what = "; ".join(f"{change} to {', '.join(names)}" for change, names in backports.items())
+    by_classes: dict[tuple[str, ...], list[str]] = {}  # changes that concern the same classes, said once
+    for change, names in backports.items():
+        by_classes.setdefault(tuple(names), []).append(change)
+    what = "; ".join(f"{', '.join(changes)} to {', '.join(names)}" for names, changes in by_classes.items())
     if kind == "affected":
         state = "affected-active" if active_now else "affected-not-active"
         return state, f"{subject}: AFFECTED ({', '.join(affected)}) - {_activity(active)}"
