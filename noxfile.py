@@ -1,7 +1,7 @@
 """Sessions for CI and developers; the releases they install come from tests/tiers.py and tests/eras.py.
 
     nox -s lint tests ci_matrix package    what .ci/run runs
-    nox -s demo [-- 0.14.4]  the README's main job, on a buggy DeepSpeed release by default
+    nox -s demo [-- 0.14.4]  `accelerate-warmup-patch demo` in a venv, on a buggy DeepSpeed release by default
     nox -s matrix_era        each DeepSpeed minor on the stack of its month (tests/eras.py)
 """
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .settings import Mode, SettingsError
 
 __all__ = ["Mode", "PatchError", "SettingsError", "__version__", "apply", "remove", "status"]
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 _API = {"Mode": "settings", "SettingsError": "settings", "PatchError": "failures", "apply": "api",
         "arm_from_environment": "api", "remove": "api", "status": "api"}
@@ -91,60 +91,12 @@ def _on_import() -> None:
         try:
             _load_the_rest()
         except Exception as error:
-            _arming_failed(error, importer)
+            from . import failures  # only a failure pays for loading it
+
+            failures.arming_failed(error, importer)
     else:
         for framework in _FRAMEWORKS:
             bootstrap.when_imported(framework, _arm)
-
-
-def _arming_failed(error: Exception, importer: str) -> None:
-    """Strict: stop the interpreter before the program starts (.pth, sitecustomize) or raise (an import).
-    Otherwise warn once and let the process run unpatched."""
-    from . import failures, settings
-
-    if settings.strict() and importer != "import" and _site_is_starting():
-        _stop_before_the_program(error)
-    failures.report("arm", "arming the patch", error, "this process runs unpatched")
-
-
-def _site_is_starting() -> bool:
-    """True while site.py runs the .pth lines and sitecustomize of a starting interpreter (not when a
-    program calls site.addsitedir later: stopping a running program from inside a call is not ours to do)."""
-    site = sys.modules.get("site")
-    return bool(getattr(getattr(site, "__spec__", None), "_initializing", False))
-
-
-def _stop_before_the_program(error: Exception) -> None:
-    """One line on stderr and exit status 2, before any of the program's code runs.
-
-    Nothing gentler stops a starting interpreter: site.py prints the traceback of an exception from a
-    .pth line and goes on (twice in a venv, whose .pth lines it runs twice), prints one from
-    sitecustomize in a line and goes on, and turns SystemExit from either into "Fatal Python error:
-    init_import_site" with a traceback and exit status 1 (Python 3.9 to 3.13, measured). No program
-    code has run yet, so there is nothing to clean up that os._exit skips.
-    """
-    import os
-
-    from .failures import PatchError
-    from .settings import ENV_STRICT, SettingsError
-
-    if isinstance(error, (SettingsError, PatchError)):  # their message says what failed and how to fix it
-        kind, detail = type(error).__name__, str(error).replace("accelerate_warmup_patch: ", "", 1)
-    else:
-        kind, detail = "PatchError", f"arming the patch failed: {error!r}"
-    if kind == "PatchError":
-        detail += f"; without {ENV_STRICT} this is a warning and the job runs on"
-    line = f"accelerate_warmup_patch.{kind}: {detail} (stopped at start-up: {ENV_STRICT} is set)\n"
-    try:
-        for stream in (sys.stdout, sys.stderr):
-            if stream is not None:
-                stream.flush()
-        if sys.stderr is not None:
-            sys.stderr.write(line)
-            sys.stderr.flush()
-    except (OSError, ValueError):  # a closed or broken stream: the exit status still says it
-        pass
-    os._exit(2)
 
 
 _on_import()
