@@ -75,6 +75,20 @@ def tests(session: nox.Session, deepspeed: str) -> None:
                 env={"PYTHONUNBUFFERED": "1"})
 
 
+@nox.session(python="3.11")
+@nox.parametrize("deepspeed", list(tiers.TEST_DEEPSPEED))
+def launchers(session: nox.Session, deepspeed: str) -> None:
+    """Real multi-node launches on this machine (minutes; root, Debian's openmpi-bin, mpich, slurm-wlm,
+    munge, openssh-server): `deepspeed --launcher openmpi|mpich|slurm`, plain `srun` under a Slurm of
+    the test's own and `accelerate launch` across two machine ranks (tests/test_real_launchers.py)."""
+    _install_stack(session, deepspeed)
+    session.install("pytest", "mpi4py")  # DeepSpeed's ranks under mpirun and srun find their rank through it
+    # this venv's own op cache: the tests venv of the same release would recompile a shared one
+    cache = Path(".nox", "_torch_extensions", f"deepspeed-{deepspeed}-launchers").resolve()
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_real_launchers.py", *session.posargs,
+                env={"PYTHONUNBUFFERED": "1", "TORCH_EXTENSIONS_DIR": str(cache), "AWP_REAL_LAUNCHES": "1"})
+
+
 def _matrix_run(session: nox.Session, tier: str) -> None:
     session.install("pytest")
     results = ["--results", "matrix/results.json"] if "--write" in session.posargs else []

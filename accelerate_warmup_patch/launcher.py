@@ -25,6 +25,12 @@ from . import failures, log, patch, releases, settings
 
 CARRIED = (settings.ENV_MODE, settings.ENV_STRICT)
 
+# Runners that write every export into one list argument, and the character that separates its items:
+# srun --export=ALL,NAME=VALUE,... splits at every comma, quoted or not, so a value holding one would
+# end early and name another variable (tests/test_real_launchers.py, Slurm 22.05). Such a value stays
+# out of the list; the list's ALL passes this process's value on as it is.
+LIST_SEPARATOR = {"slurm": ","}
+
 
 def patch_runners(module: ModuleType) -> None:
     """Wrap ``MultiNodeRunner.__init__`` of ``deepspeed.launcher.multinode_runner``."""
@@ -67,11 +73,19 @@ def carry(runner: Any) -> dict[str, str]:
     exports = runner.exports
     if not isinstance(exports, dict):
         raise TypeError(f"{name}.exports is a {type(exports).__name__}, not a dict")
-    for key, value in values.items():
+    separator = LIST_SEPARATOR.get(fact.launcher, "") if fact is not None else ""
+    for key, value in list(values.items()):
         if fact is None:  # a runner the table does not know: its release's own convention
             runner.add_export(key, value)
+        elif separator and separator in value:
+            del values[key]
+            log.warn_once(f"launcher:{name}:{key}", "%s leaves %s out of the list it exports: its value %r holds %r, "
+                          "where the list starts another variable; the list's ALL passes it on as it is",
+                          name, key, value, separator)
         else:  # add_export's quoting differs per release (releases.ADD_EXPORT_QUOTING): written here
             exports[key] = shlex.quote(value) if fact.remote_shell else value
+    if not values:
+        return values
     listed = ", ".join(f"{key}={value}" for key, value in values.items())
     if fact is not None and not fact.carries:
         log.warn_once(f"launcher:{name}", "%s of DeepSpeed %s leaves its exports out of the command it builds "

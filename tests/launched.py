@@ -1,11 +1,13 @@
-"""One rank of a real multi-process launch (torchrun, accelerate launch, deepspeed).
+"""One rank of a real multi-process launch (torchrun, accelerate launch, deepspeed, mpirun, srun).
 
 Trains the demo model on this rank and writes its lrs to ``$AWP_LAUNCH_OUT/rank<r>.json``. Activation comes from the
 environment the launcher passes down (ACCELERATE_WARMUP_PATCH and the installed .pth), so the
 script itself never imports the package. ``--accelerate`` trains through accelerate's Accelerator.
 
 Each rank also writes ``env-rank<r>.json``: the switch it received, its node (``CROSS_RANK``, set by
-DeepSpeed's multi-node launch), whether ssh started it, and how the package was armed in it.
+DeepSpeed's pdsh launch) and host name, whether ssh started it, and how the package was armed in it. Under mpirun
+and srun the rank comes from the MPI or Slurm variables until DeepSpeed sets ``RANK`` (its
+``mpi_discovery``, through mpi4py, on the port in ``MASTER_PORT``).
 ``--env-only`` writes just that (nothing imported, nothing wrapped) and does not train.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 
 import torch
@@ -21,7 +24,8 @@ import torch
 def _rows_deepspeed() -> list[list[float | None]]:
     import deepspeed
 
-    deepspeed.init_distributed(dist_backend="gloo")
+    # ranks that mpirun or srun started find their rank through mpi4py, on this port (29500 otherwise)
+    deepspeed.init_distributed(dist_backend="gloo", distributed_port=int(os.environ.get("MASTER_PORT", "29500")))
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 4)
     config = _config()
@@ -66,13 +70,21 @@ def _config() -> dict[str, object]:
     }
 
 
+def _rank() -> str:
+    """This rank's number: set by torchrun and DeepSpeed's launchers, else by mpirun (Open MPI, MPICH) or srun."""
+    names = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+    return next(os.environ[name] for name in names if name in os.environ)
+
+
 def _seen() -> dict[str, object]:
     package = sys.modules.get("accelerate_warmup_patch")  # imported by the .pth, never by this script
     return {
-        "rank": os.environ.get("RANK"),
+        "rank": _rank(),
         "node": os.environ.get("CROSS_RANK"),
+        "host": socket.gethostname(),
         "ssh": "SSH_CONNECTION" in os.environ,
         "ACCELERATE_WARMUP_PATCH": os.environ.get("ACCELERATE_WARMUP_PATCH"),
+        "AWP_INJECTED": os.environ.get("AWP_INJECTED"),  # what a value that splits a runner's list would add
         "armed": {k: v for k, v in package.status().items() if k in ("mode", "applied_by")} if package else None,
     }
 
@@ -80,7 +92,7 @@ def _seen() -> dict[str, object]:
 def main() -> int:
     out = os.environ["AWP_LAUNCH_OUT"]  # a file per rank: launchers interleave their ranks' stdout
     if "--env-only" in sys.argv:
-        with open(os.path.join(out, f"env-rank{os.environ['RANK']}.json"), "w") as file:
+        with open(os.path.join(out, f"env-rank{_rank()}.json"), "w") as file:
             json.dump(_seen(), file)
         return 0
     rows = _rows_accelerate() if "--accelerate" in sys.argv else _rows_deepspeed()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sshd
 from conftest import HERE, installed
 
 from accelerate_warmup_patch import releases
@@ -129,43 +129,13 @@ def test_doctor_says_whether_the_multinode_launcher_carries_the_switch(mode):
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """An sshd on 127.0.0.1:SSHD_PORT that lets this user in with a key of the test's own."""
-    missing = [tool for tool in ("pdsh", "ssh", "ssh-keygen") if shutil.which(tool) is None]
-    sshd = shutil.which("sshd") or ("/usr/sbin/sshd" if Path("/usr/sbin/sshd").exists() else None)
-    if missing or sshd is None:
-        pytest.skip(f"a two-node launch needs pdsh and OpenSSH's sshd (Debian: openssh-server pdsh); missing: "
-                    f"{', '.join(missing + ([] if sshd else ['sshd']))}")
-    folder = tmp_path_factory.mktemp("sshd")
-    for key in ("host_key", "client_key"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(folder / key)], check=True)
-    (folder / "authorized_keys").write_text((folder / "client_key.pub").read_text())
-    (folder / "sshd_config").write_text(
-        f"Port {SSHD_PORT}\nListenAddress 127.0.0.1\nHostKey {folder / 'host_key'}\n"
-        f"AuthorizedKeysFile {folder / 'authorized_keys'}\nPidFile {folder / 'sshd.pid'}\n"
-        "StrictModes no\nUsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        "PermitRootLogin prohibit-password\nPermitUserEnvironment no\n")  # and no AcceptEnv
-    Path("/run/sshd").mkdir(exist_ok=True) if os.geteuid() == 0 else None  # its privilege separation folder
-    daemon = subprocess.Popen([sshd, "-D", "-e", "-f", str(folder / "sshd_config")], env={"PATH": "/usr/bin:/bin"},
-                              stderr=subprocess.PIPE, text=True)
+    if shutil.which("pdsh") is None:
+        pytest.skip("a two-node launch needs pdsh (Debian: pdsh)")
     try:
-        _wait_for_port(daemon)
-        yield {"PDSH_SSH_ARGS_APPEND": f"-p {SSHD_PORT} -i {folder / 'client_key'} -o IdentitiesOnly=yes "
-               "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR "
-               "-o BatchMode=yes"}
-    finally:
-        daemon.terminate()
-        daemon.wait(timeout=30)
-
-
-def _wait_for_port(daemon: subprocess.Popen[str]) -> None:
-    """``sshd -D -e`` says "Server listening on ..." on stderr once it accepts connections."""
-    assert daemon.stderr is not None
-    said = b""
-    while b"Server listening" not in said:
-        readable, _, _ = select.select([daemon.stderr], [], [], 10)
-        chunk = os.read(daemon.stderr.fileno(), 4096) if readable else b""
-        if not chunk:  # the daemon exited, or said nothing for 10 s
-            pytest.skip(f"sshd did not start: {said.decode(errors='replace')[-1500:]}")
-        said += chunk
+        with sshd.sshd(tmp_path_factory.mktemp("sshd"), SSHD_PORT) as options:
+            yield {"PDSH_SSH_ARGS_APPEND": " ".join(options)}
+    except sshd.Unavailable as error:
+        pytest.skip(f"a two-node launch needs {error}")
 
 
 def _launch(nodes: dict[str, str], out: Path, port: int, shell: dict[str, str], deepspeed_env: dict[str, str],
