@@ -317,22 +317,33 @@ def settle_live() -> None:
     """``apply()`` after deepspeed was imported: settle the engines and schedulers built before it, once."""
     import gc
 
-    engine_class = sys.modules["deepspeed.runtime.engine"].DeepSpeedEngine
     lr_schedules = sys.modules[schedules.SCHEDULES_MODULE]
-    classes = tuple(c for c in (getattr(lr_schedules, name, None) for name in schedules.KNOWN) if isinstance(c, type))
-    engines, schedulers = [], []
-    for obj in gc.get_objects():
-        kind = type(obj)  # not isinstance: a proxy's or a deprecated object's __class__ runs code
-        if issubclass(kind, engine_class):
-            engines.append(obj)
-        elif issubclass(kind, classes):
-            schedulers.append(obj)
+    engine_types = _with_subclasses([sys.modules["deepspeed.runtime.engine"].DeepSpeedEngine])
+    scheduler_types = _with_subclasses([c for c in (getattr(lr_schedules, name, None) for name in schedules.KNOWN)
+                                        if isinstance(c, type)])
+    # every instance of a class defined in Python refers to its class (Python 3.9+): asking the collector
+    # who refers to these classes finds them in C (measured: 0.17 s, against 0.39 s for a Python loop over
+    # the 385k objects of gc.get_objects() with deepspeed, accelerate and transformers imported)
+    found = gc.get_referrers(*engine_types, *scheduler_types)
+    engines = [obj for obj in found if type(obj) in engine_types]  # type(), never a proxy's __class__
+    schedulers = [obj for obj in found if type(obj) in scheduler_types]
     when = "when the patch was applied (built before it)"
     for engine in engines:
         prepare_first_step(engine, when)
     for scheduler in schedulers:
         if scheduler not in _settled:
             settle(scheduler, None, when)
+
+
+def _with_subclasses(classes: list[type]) -> set[type]:
+    found: set[type] = set()
+    pending = list(classes)
+    while pending:
+        cls = pending.pop()
+        if cls not in found:
+            found.add(cls)
+            pending.extend(cls.__subclasses__())
+    return found
 
 
 def _construction_from_config(engine: Any, scheduler: Any) -> schedules.Construction | None:
