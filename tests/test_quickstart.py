@@ -30,7 +30,8 @@ RUN_BY = {
     "deepspeed --num_gpus 2 train.py": "test_launchers.py::test_deepspeed_launcher_two_cpu_ranks",
     "torchrun --nproc_per_node 2 train.py": "test_launchers.py::test_torchrun_two_cpu_ranks",
     "deepspeed --hostfile hostfile train.py": "test_multinode.py (two nodes over pdsh/ssh, launched.py, its own ports)",
-    "srun --export=ALL,ACCELERATE_WARMUP_PATCH=reset python train.py": "not tested here",
+    "srun --export=ALL,ACCELERATE_WARMUP_PATCH=reset python train.py":
+        "test_real_launchers.py::test_in_a_job_submitted_with_export_none_only_an_explicit_export_reaches_the_ranks",
 }
 
 
@@ -42,7 +43,7 @@ def test_every_launch_line_is_run_by_a_test():
         if "::" in test:
             file, name = test.split("::")
             assert f"def {name}(" in (HERE / file).read_text(), test
-    assert "`srun` is not tested here" in quickstart.README.read_text()
+    assert "`srun` under a real one-node Slurm" in quickstart.README.read_text()
 
 
 TRAINER = "torchrun --nproc_per_node 2 train.py --deepspeed ds_config.json"
