@@ -227,9 +227,13 @@ def writes_through_update_lr(deepspeed_version: str) -> bool:
 
 
 def built_wrong(scheduler: str, deepspeed_version: str) -> bool:
-    """True where this release builds a scheduler of this class otherwise than the newest does (its start
-    lr or its default peak): the only schedulers the nets (initialize, backward) ever change."""
-    return lacks("start", scheduler, deepspeed_version) or lacks("default_peak", scheduler, deepspeed_version)
+    """True where this release builds a scheduler of this class otherwise than the newest does (a backported
+    change of the constructor is missing: the start lr, the default peak, an unknown warmup_type): the only
+    schedulers the constructor's fix and the nets (initialize, backward) ever change."""
+    parsed = parse(deepspeed_version)
+    owner = _INHERITS.get(scheduler, scheduler)
+    return any(c.backported and c.method == "__init__" and c.scheduler == owner and parsed < parse(c.release)
+               for c in UPSTREAM_CHANGES)
 
 
 # DeepSpeed's multi-node launcher --------------------------------------------------------
