@@ -206,10 +206,7 @@ _INHERITS = {"WarmupDecayLR": "WarmupLR"}
 
 def lacks(key: str, scheduler: str, deepspeed_version: str) -> bool:
     """True where this release lacks a change the patch backports (``key``) for this scheduler class."""
-    parsed = parse(deepspeed_version)
-    owner = _INHERITS.get(scheduler, scheduler)
-    return any(c.backported and c.key == key and c.scheduler == owner and parsed < parse(c.release)
-               for c in UPSTREAM_CHANGES)
+    return any(c.key == key for c in missing_backports(scheduler, deepspeed_version))
 
 
 def methods_to_fix(deepspeed_version: str) -> tuple[str, ...]:
@@ -230,10 +227,7 @@ def built_wrong(scheduler: str, deepspeed_version: str) -> bool:
     """True where this release builds a scheduler of this class otherwise than the newest does (a backported
     change of the constructor is missing: the start lr, the default peak, an unknown warmup_type): the only
     schedulers the constructor's fix and the nets (initialize, backward) ever change."""
-    parsed = parse(deepspeed_version)
-    owner = _INHERITS.get(scheduler, scheduler)
-    return any(c.backported and c.method == "__init__" and c.scheduler == owner and parsed < parse(c.release)
-               for c in UPSTREAM_CHANGES)
+    return any(c.method == "__init__" for c in missing_backports(scheduler, deepspeed_version))
 
 
 # DeepSpeed's multi-node launcher --------------------------------------------------------
@@ -400,8 +394,8 @@ def verdict(scheduler: str, deepspeed_version: str) -> str:
         return "untested"
     if fact.start is not Start.SETS_EVERY_GROUP:
         return "affected (groups 1+)" if fact.start is Start.SETS_GROUP_0_ONLY else "affected"
-    if all(f.start is Start.SETS_EVERY_GROUP for f in SCHEDULER_STARTS if f.scheduler == scheduler):
-        return "not affected"  # never had the bug, on any release
+    if never_affected(scheduler):
+        return "not affected"
     missing = missing_backports(scheduler, deepspeed_version)
     if not missing:
         return "fixed upstream"
