@@ -149,7 +149,7 @@ def patch_deepspeed(module: ModuleType) -> None:
     for target in releases.methods_to_fix(version):
         class_name, method = target.split(".")
         cls = getattr(lr_schedules, class_name)
-        _wrap(cls, method, _method_wrapper(method, vars(cls)[method]))
+        _wrap(cls, method, _method_wrapper(method, vars(cls)[method], version))
     _wrap(module, "initialize", _initialize_wrapper)
     _wrap(engine_class, "load_checkpoint", _load_checkpoint_wrapper(
         inspect.signature(vars(engine_class)["load_checkpoint"])))
@@ -178,13 +178,14 @@ def patch_accelerate(module: ModuleType) -> None:
 
 # The scheduler methods -------------------------------------------------------------------
 
-def _method_wrapper(method: str, original: Callable[..., Any]) -> Callable[..., Any]:
+def _method_wrapper(method: str, original: Callable[..., Any], version: str) -> Callable[..., Any]:
     if method == "__init__":
         return _constructor_wrapper(inspect.signature(original))
     if method == "get_lr":
         return _get_lr_wrapper
     if method == "get_lr_ratio":
-        return _get_lr_ratio_wrapper
+        return _get_lr_ratio_wrapper(before_start=releases.lacks("ratio_before_start", "WarmupCosineLR", version),
+                                     past_warmup=releases.lacks("ratio_past_warmup", "WarmupCosineLR", version))
     raise LookupError(f"no wrapper for {method}")
 
 
@@ -228,21 +229,24 @@ def _get_lr_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwarg
     return result
 
 
-def _get_lr_ratio_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-    if api.active_mode is None or instance is None:
+def _get_lr_ratio_wrapper(before_start: bool, past_warmup: bool) -> Callable[..., Any]:
+    """WarmupCosineLR.get_lr_ratio, called on every step: what this release lacks is decided once, here."""
+
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
+        if api.active_mode is None or instance is None:
+            return wrapped(*args, **kwargs)
+        try:
+            if before_start and instance.last_batch_iteration < 0:
+                wrapped(*args, **kwargs)  # the release's warning, as the newest logs it
+                return 0.0
+            if past_warmup and instance.last_batch_iteration >= instance.warmup_num_steps:
+                return schedules.cosine_ratio(instance)
+        except Exception as error:
+            failures.report("get_lr_ratio", f"get_lr_ratio() of {type(instance).__name__}", error,
+                            "get_lr_ratio() returns what this DeepSpeed returns")
         return wrapped(*args, **kwargs)
-    try:
-        version = deepspeed_version()
-        if instance.last_batch_iteration < 0 and releases.lacks("ratio_before_start", "WarmupCosineLR", version):
-            wrapped(*args, **kwargs)  # the release's warning, as the newest logs it
-            return 0.0
-        if instance.last_batch_iteration >= instance.warmup_num_steps and \
-                releases.lacks("ratio_past_warmup", "WarmupCosineLR", version):
-            return schedules.cosine_ratio(instance)
-    except Exception as error:
-        failures.report("get_lr_ratio", f"get_lr_ratio() of {type(instance).__name__}", error,
-                        "get_lr_ratio() returns what this DeepSpeed returns")
-    return wrapped(*args, **kwargs)
+
+    return wrapper
 
 
 def _torch_optimizer(optimizer: Any) -> Any:
