@@ -1,24 +1,40 @@
 """Start DeepSpeed's warmup schedulers at the warmup lr on every release.
 
-``import accelerate_warmup_patch`` applies the patch (unless ACCELERATE_WARMUP_PATCH=off). This
-module is on the start-up path of every process of an armed image, so it only waits: until
-deepspeed or accelerate is imported, or the API (``apply``, ``remove``, ``status``) is used, two
-post-import hooks in ``bootstrap`` are all there is. Then the rest of the package loads and installs
-the wrappers (at once if deepspeed or accelerate is already imported).
+``import accelerate_warmup_patch`` applies the patch (unless ACCELERATE_WARMUP_PATCH=off); so do the
+installed .pth line, when ACCELERATE_WARMUP_PATCH is set, and a sitecustomize that imports the package.
+This module is the whole start-up path of such a process: it records who imported it and waits until
+deepspeed or accelerate is imported (at once if one already is) or the API (``apply``, ``remove``,
+``status``) is first used; then ``api.py`` loads and installs the wrappers.
+
+It waits through the package's one post-import hook, with the standard library alone: a finder, first
+on ``sys.meta_path`` only while a hook is pending, answers for those modules with a loader that calls
+their hooks right after the module's code has run (in the loader, not in ``find_spec``: a probe such as
+``importlib.util.find_spec("deepspeed")`` is not an import). A hook applies the failure policy itself
+(failures.py); what it raises, strict mode's errors, goes out of the user's import. Other threads import
+and use the API meanwhile: every walk over the pending hooks is over a snapshot, and one lock guards
+this bookkeeping alone, never held across an import or a hook (a hook imports, and an import in
+another thread may wait on one this thread holds).
+
+Why one module: each module on the start-up path costs about 0.4 M instructions before its first line
+runs, and importing wrapt (whose importer would do) ~50 ms (docs/benchmarks.md).
 """
 
 import sys
-
-from . import bootstrap
+from _thread import RLock  # built in and loaded: no import
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # typing and importlib cost milliseconds, and only the type checker needs them
+    from collections.abc import Callable, Sequence
+    from importlib.machinery import ModuleSpec
     from types import ModuleType
+    from typing import Any
 
     from .api import apply, remove, status
     from .api import arm_from_environment as arm_from_environment
     from .failures import PatchError
     from .settings import Mode, SettingsError
+
+    Hook = Callable[[ModuleType], None]
 
 __all__ = ["Mode", "PatchError", "SettingsError", "__version__", "apply", "remove", "status"]
 __version__ = "0.3.0"
@@ -32,7 +48,7 @@ _FRAMEWORKS = ("deepspeed", "accelerate")
 def __getattr__(name: str) -> object:
     if name not in _API:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    _load_the_rest()
+    _arm()
     import importlib
 
     value = getattr(importlib.import_module(f"{__name__}.{_API[name]}"), name)
@@ -40,42 +56,26 @@ def __getattr__(name: str) -> object:
     return value
 
 
-def _load_the_rest() -> None:
-    """Load api.py and let it arm the patch for whoever imported the package so far.
+def _arm(module: "ModuleType | None" = None) -> None:
+    """Load api.py and apply the patch for each importer recorded so far: at once, at the first use of
+    the API, or as the hook of a framework's first import (``module``), which a failure never breaks.
 
-    Once armed, the arming hooks stay until their framework is imported (then they find nothing left
-    to do): an import of it already under way in another thread still goes through the hooks' loader."""
-    from . import api
-
-    api.take_over()
-    if not api.armed():
-        bootstrap.cancel(_arm)
-
-
-def _arm(module: "ModuleType") -> None:
-    """The first import of a framework: arm the patch; a failure never breaks that import."""
+    Once armed, the arming hooks stay until their framework is imported (then they find no importer
+    left): an import of it already under way in another thread still goes through the hooks' loader."""
+    with _lock:
+        routes = _importers[:]
+        del _importers[:]
     try:
-        _load_the_rest()
+        from . import api
+
+        for via in routes:
+            api.apply(via=via)
+        if not api.armed():
+            api.cancel(_arm)
     except Exception as error:
         from . import failures
 
-        failures.report("arm", f"arming the patch at the import of {module.__name__}", error,
-                        "this process runs unpatched")
-
-
-def _activated_by() -> str:
-    """Who is importing us: a .pth line (site.py), sitecustomize, or a plain import."""
-    frame = sys._getframe(1)
-    for _ in range(30):
-        if frame is None:
-            break
-        filename = frame.f_code.co_filename
-        if filename.endswith(("sitecustomize.py", "usercustomize.py")):
-            return "sitecustomize"
-        if filename.endswith(("site.py", "<frozen site>")) and frame.f_code.co_name == "addpackage":
-            return ".pth"
-        frame = frame.f_back  # type: ignore[assignment]
-    return "import"
+        failures.arming_failed(error, routes, module)
 
 
 def _on_import() -> None:
@@ -83,20 +83,141 @@ def _on_import() -> None:
     # collection of interpreter shutdown, which costs every armed process ~0.2 ms at exit
     import os
 
-    importer = _activated_by()
-    bootstrap.importers.append(importer)
+    _importers.append(_activated_by())
     # strict mode wants a bad value to stop the start (or raise out of the import) now, not at the first
-    # import of a framework; the name is settings.ENV_STRICT, spelled out because settings.py is not loaded yet
+    # import of a framework; the name is settings.ENV_STRICT, spelled out because settings.py is not loaded
     if any(name in sys.modules for name in _FRAMEWORKS) or os.environ.get("ACCELERATE_WARMUP_PATCH_STRICT"):
-        try:
-            _load_the_rest()
-        except Exception as error:
-            from . import failures  # only a failure pays for loading it
+        _arm()
+        return
+    for framework in _FRAMEWORKS:
+        if _when_imported(framework, _arm) is not None:  # imported in another thread meanwhile
+            _arm()
 
-            failures.arming_failed(error, importer)
-    else:
-        for framework in _FRAMEWORKS:
-            bootstrap.when_imported(framework, _arm)
+
+def _activated_by() -> str:
+    """A .pth line or sitecustomize (usercustomize) while site.py starts the interpreter, or an import."""
+    if not _initializing("site"):
+        return "import"
+    return "sitecustomize" if _initializing("sitecustomize") or _initializing("usercustomize") else ".pth"
+
+
+def _initializing(name: str) -> bool:
+    """True while the code of module ``name`` runs (importlib marks its spec until it is done)."""
+    return getattr(getattr(sys.modules.get(name), "__spec__", None), "_initializing", False) is True
+
+
+# The one post-import hook of the package: its bookkeeping, the finder, the loader. importlib.reload runs
+# this module again in the same namespace: the bookkeeping carries over (api.py holds it by name).
+
+_hooks: "dict[str, list[Hook]]" = globals().get("_hooks", {})
+# modules whose code has run through our loader and whose hooks have all been called, until importlib
+# marks them initialized: a hook registered for one of them is due at once, as for a loaded module
+_ran: "dict[str, ModuleType]" = globals().get("_ran", {})
+# who imported the package, until _arm hands each to api.apply: ".pth", "sitecustomize", "import"
+_importers: "list[str]" = globals().get("_importers", [])
+# guards _hooks, _ran, _importers and our finder's place on sys.meta_path
+_lock = globals().get("_lock") or RLock()
+_looking_up: "set[str]" = set()  # find_spec runs under importlib's global lock: no race on it
+
+
+class _Importer:
+    """A finder and a loader in one, as importlib's own BuiltinImporter is (one class costs start-up time).
+
+    The one on sys.meta_path (no loader) answers for the modules with pending hooks: the other finders'
+    spec, with an _Importer around its loader, which runs the module and then calls its hooks."""
+
+    def __init__(self, loader: "Any" = None) -> None:
+        self._loader = loader
+
+    def find_spec(self, fullname: str, path: "Sequence[str] | None",
+                  target: "ModuleType | None" = None) -> "ModuleSpec | None":
+        if fullname not in _hooks or fullname in _looking_up:
+            return None
+        _looking_up.add(fullname)
+        try:
+            for finder in list(sys.meta_path):
+                if not _is_ours(finder) and hasattr(finder, "find_spec"):
+                    spec = finder.find_spec(fullname, path, target)
+                    if spec is not None:
+                        break
+            else:
+                return None
+        finally:
+            _looking_up.discard(fullname)
+        if hasattr(spec.loader, "exec_module"):
+            spec.loader = _Importer(spec.loader)  # type: ignore[assignment]
+        return spec
+
+    def exec_module(self, module: "ModuleType") -> None:
+        module.__loader__ = self._loader  # the real one, for pkgutil, inspect and friends
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        name = module.__name__
+        while True:  # also the hooks registered while these run: the arming hook registers some
+            with _lock:
+                hooks = _hooks.pop(name, None)
+                if not hooks:
+                    _ran[name] = module  # under the lock of _when_imported's check: no hook falls between
+                    break
+            for hook in hooks:
+                hook(module)
+        _sweep()
+
+    def __getattr__(self, name: str) -> "Any":  # create_module and the rest: the real loader's
+        return getattr(self._loader, name)
+
+
+def _is_ours(finder: object) -> bool:
+    """Also true for the finder of an earlier copy of this module (importlib.reload): never two."""
+    return type(finder).__module__ == __name__ and type(finder).__qualname__ == "_Importer"
+
+
+def _when_imported(name: str, hook: "Hook") -> "ModuleType | None":
+    """Have ``hook(module)`` called right after ``name`` is imported; if it already is, nothing is
+    registered and the module is returned: the caller acts on it now."""
+    with _lock:  # the check and the registration in one step: the loader marks a module ran under it
+        module = _ready(name)
+        if module is None:
+            hooks = _hooks.setdefault(name, [])
+            if hook not in hooks:
+                hooks.append(hook)
+            if not any(_is_ours(f) for f in sys.meta_path):
+                # a new list, not an insert: another thread may be iterating over the old one right now
+                sys.meta_path = [_Importer(), *sys.meta_path]
+    return module
+
+
+def _ready(name: str) -> "ModuleType | None":
+    """The module ``name`` if a hook may run on it now: imported, or its code run and its hooks called."""
+    module = sys.modules.get(name)
+    if module is None or not _initializing(name) or _ran.get(name) is module:
+        return module
+    return None
+
+
+def _sweep() -> None:
+    """Call the hooks of modules that finished loading without our loader: registered while their import
+    was already under way (in this thread, or in another one)."""
+    with _lock:
+        names = list(_hooks)  # a snapshot: other threads register and fire while the hooks below run
+    for name in names:
+        module = _ready(name)
+        if module is not None:
+            with _lock:  # taken, no longer pending: each hook is called by one thread only
+                hooks = _hooks.pop(name, [])
+            for hook in hooks:
+                hook(module)
+    with _lock:
+        for name, module in list(_ran.items()):  # importlib has finished them, or they left sys.modules
+            if sys.modules.get(name) is not module or not _initializing(name):
+                del _ran[name]
+        _leave_if_idle()
+
+
+def _leave_if_idle() -> None:
+    if not _hooks and any(_is_ours(f) for f in sys.meta_path):
+        sys.meta_path = [f for f in sys.meta_path if not _is_ours(f)]  # a new list, as in _when_imported
 
 
 _on_import()

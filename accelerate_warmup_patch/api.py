@@ -1,19 +1,22 @@
 """The public functions behind the package's names: apply(), remove(), status(), arm_from_environment().
 
 Loaded when deepspeed or accelerate is first imported in a process that imported the package, or
-when one of these names is first used; ``take_over`` then arms the patch for whoever imported the
-package before. Imports neither torch, deepspeed, accelerate nor wrapt: the wrappers are installed
+when one of these names is first used; the package's ``_arm`` then applies the patch for whoever
+imported the package before. Imports neither torch, deepspeed, accelerate nor wrapt: the wrappers are installed
 the moment deepspeed or accelerate is imported, or at once if they already are.
 """
 
 import sys
 
-from . import bootstrap, settings
+from . import _hooks, _importers, _leave_if_idle, _lock, _sweep, _when_imported, settings
 from .settings import Mode
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is for the type checker only; nothing here needs it at run time
+    from types import ModuleType
     from typing import Any
+
+    from . import Hook
 
 # module name -> "module_of_this_package.function" that patches it, called right after it is imported.
 # deepspeed's hook reaches its submodules itself: deepspeed/__init__.py has imported them by then,
@@ -30,41 +33,41 @@ _applied_by: "list[str]" = []
 active_mode: "str | None" = None
 
 
-def _hook_for(target: str) -> "bootstrap.Hook":
-    module_name, function_name = target.split(".")
+def _patch(module: "ModuleType") -> None:
+    """Patch ``module``, one of _TARGETS, right after its import: all or nothing, and never out of the
+    import except in strict mode (what was patched before stays)."""
+    import importlib
 
-    def hook(module: "Any") -> None:
-        import importlib
+    from . import failures, patch
 
-        from . import failures, patch
-
-        mark = len(patch.state.patched)
-        try:
-            getattr(importlib.import_module(f"{__package__}.{module_name}"), function_name)(module)
-        except Exception as error:
-            patch.unpatch_since(mark)  # all or nothing per module: no half-patched release
-            failures.report(f"hook:{module.__name__}", f"patching {module.__name__}", error,
-                            f"{module.__name__} is left unpatched; what was patched before stays")
-
-    hook.__qualname__ = f"accelerate_warmup_patch.{target}"
-    return hook
-
-
-_HOOKS = {name: _hook_for(function) for name, function in _TARGETS.items()}
+    name = module.__name__
+    mark = len(patch.state.patched)
+    try:
+        module_name, function_name = _TARGETS[name].split(".")
+        getattr(importlib.import_module(f"{__package__}.{module_name}"), function_name)(module)
+    except Exception as error:
+        patch.unpatch_since(mark)  # no half-patched release
+        failures.report(f"hook:{name}", f"patching {name}", error,
+                        f"{name} is left unpatched; what was patched before stays")
 
 
 def apply(mode: "str | None" = None, *, via: str = "apply()") -> str:
     """Arm the patch in ``mode`` (default: ACCELERATE_WARMUP_PATCH, else ``reset``); returns the mode.
 
-    ACCELERATE_WARMUP_PATCH=off in the environment wins over everything: nothing is patched.
-    Applying again changes the mode but never wraps twice. Applied after deepspeed was imported, it
-    also settles the engines and schedulers built before it that are still fresh.
+    ACCELERATE_WARMUP_PATCH=off in the environment wins over everything: nothing is patched, except
+    that DeepSpeed's multi-node launcher, if this process is one, carries ``off`` to the other nodes
+    (the kill switch reaches every rank, as ``reset`` does). Applying again changes the mode but never
+    wraps twice. Applied after deepspeed was imported, it also settles the engines and schedulers
+    built before it that are still fresh.
     """
     global active_mode
     resolved = settings.resolve(mode)
     if resolved == Mode.OFF:
         if active_mode is not None:
             remove()
+        launcher = _when_imported(_LAUNCHER, _patch) if settings.env_mode() == Mode.OFF else None
+        if launcher is not None:
+            _patch(launcher)
         return resolved
     if active_mode is not None and resolved != active_mode:
         from . import log
@@ -74,11 +77,13 @@ def apply(mode: "str | None" = None, *, via: str = "apply()") -> str:
     _applied_by.append(via)
     late = _DEEPSPEED_SCHEDULES in sys.modules
     wrapped_before = _wrapped_count()
-    # again on every apply(): a hook whose module is loaded runs at once, and wraps only what is not
-    # wrapped already (what a reload of deepspeed put there)
-    for name, hook in _HOOKS.items():
-        bootstrap.when_imported(name, hook)
-    bootstrap.sweep()
+    # again on every apply(): a module already loaded is patched at once, and only what is not wrapped
+    # already is wrapped (what a reload of deepspeed put there)
+    for name in _TARGETS:
+        module = _when_imported(name, _patch)
+        if module is not None:
+            _patch(module)
+    _sweep()
     if late and _wrapped_count() > wrapped_before:
         _settle_live()
     return resolved
@@ -102,7 +107,10 @@ def _settle_live() -> None:
 def remove() -> None:
     """Undo apply() and the import's arming: no hook is pending, every wrapped function is the original."""
     global active_mode
-    bootstrap.cancel_all()
+    with _lock:  # no hook pending, no importer recorded
+        _hooks.clear()
+        del _importers[:]
+        _leave_if_idle()
     patch = sys.modules.get("accelerate_warmup_patch.patch")
     if patch is not None:
         patch.unpatch_all()
@@ -121,7 +129,7 @@ def status() -> "dict[str, Any]":
         "mode": active_mode or Mode.OFF,
         "applied_by": list(dict.fromkeys(_applied_by)),
         "patched": patched,
-        "waiting_for": bootstrap.pending(list(_HOOKS.values())),
+        "waiting_for": _waiting_for(_patch),
         "fixes_applied": patch.state.fixes if patch else 0,
         "strict": settings.strict(),
         "versions": {"deepspeed": deepspeed_version, "accelerate": releases.installed("accelerate")},
@@ -130,32 +138,30 @@ def status() -> "dict[str, Any]":
     }
 
 
-def arm_from_environment(via: str = "environment") -> None:
-    """Apply only when ACCELERATE_WARMUP_PATCH asks for it: the entry point for .pth and sitecustomize.
+def cancel(hook: "Hook") -> None:
+    """Forget a hook that has not been called yet."""
+    with _lock:
+        for name, hooks in list(_hooks.items()):
+            kept = [h for h in hooks if h is not hook]
+            if kept:
+                _hooks[name] = kept
+            else:
+                del _hooks[name]
+        _leave_if_idle()
 
-    With ``off`` nothing is patched, except that DeepSpeed's multi-node launcher, if this process is
-    one, carries ``off`` to the other nodes: the kill switch reaches every rank, as ``reset`` does.
-    """
-    wanted = settings.env_mode()
-    if wanted == Mode.OFF:
-        bootstrap.when_imported(_LAUNCHER, _HOOKS[_LAUNCHER])
-    elif wanted is not None:
+
+def _waiting_for(hook: "Hook") -> "list[str]":
+    """The modules for which ``hook`` waits."""
+    with _lock:
+        return [name for name, hooks in _hooks.items() if hook in hooks]
+
+
+def arm_from_environment(via: str = "environment") -> None:
+    """Apply only when ACCELERATE_WARMUP_PATCH is set: what the .pth does, for a sitecustomize."""
+    if settings.env_mode() is not None:
         apply(via=via)
 
 
 def armed() -> bool:
     """True between an apply() that patches and the next remove()."""
     return active_mode is not None
-
-
-def take_over() -> None:
-    """Arm the patch for each importer the package recorded before this module was loaded."""
-    while True:
-        try:
-            via = bootstrap.importers.pop(0)
-        except IndexError:  # another thread may take the last one between a check and a pop
-            return
-        if via == ".pth":  # the .pth only saw the variable set: its value is read here, in one place
-            arm_from_environment(via)
-        else:
-            apply(via=via)

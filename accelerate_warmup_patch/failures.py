@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import sys
 
-from . import log, settings
+from . import _initializing, log, settings
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType
 
 
 class PatchError(RuntimeError):
@@ -25,19 +29,15 @@ def report(key: str, what: str, error: BaseException, consequence: str) -> None:
     log.warn_once(key, "%s failed (%r); %s", what, error, consequence)
 
 
-def arming_failed(error: Exception, importer: str) -> None:
-    """Strict: stop the interpreter before the program starts (.pth, sitecustomize) or raise (an import).
-    Otherwise warn once and let the process run unpatched."""
-    if settings.strict() and importer != "import" and _site_is_starting():
+def arming_failed(error: Exception, routes: list[str], module: ModuleType | None) -> None:
+    """Strict: stop the interpreter before the program starts (armed by the .pth or sitecustomize) or
+    raise. Otherwise warn once and let the process run unpatched (``module``: whose import armed it)."""
+    # site.py still running: the interpreter is starting (a program that calls site.addsitedir later is
+    # running, and stopping it from inside a call is not ours to do)
+    if settings.strict() and _initializing("site") and any(via != "import" for via in routes):
         _stop_before_the_program(error)
-    report("arm", "arming the patch", error, "this process runs unpatched")
-
-
-def _site_is_starting() -> bool:
-    """True while site.py runs the .pth lines and sitecustomize of a starting interpreter (not when a
-    program calls site.addsitedir later: stopping a running program from inside a call is not ours to do)."""
-    site = sys.modules.get("site")
-    return bool(getattr(getattr(site, "__spec__", None), "_initializing", False))
+    at = f" at the import of {module.__name__}" if module is not None else ""
+    report("arm", f"arming the patch{at}", error, "this process runs unpatched")
 
 
 def _stop_before_the_program(error: Exception) -> None:

@@ -32,7 +32,7 @@ def test_a_find_spec_probe_is_not_an_import():
         "loaded = sorted(m for m in sys.modules if m.startswith(('accelerate_warmup_patch.', 'wrapt')))\n"
         "import deepspeed\n"
         "print(json.dumps([loaded, hasattr(deepspeed.initialize, '__wrapped__')]))", env=ARMED)
-    assert _last_json(proc) == [["accelerate_warmup_patch.bootstrap"], True]
+    assert _last_json(proc) == [[], True]
 
 
 def test_the_finder_leaves_sys_meta_path_once_nothing_is_pending():
@@ -135,13 +135,12 @@ def test_a_first_api_use_during_another_threads_framework_import_does_not_deadlo
 
 
 # Thread A imports deepspeed (which imports accelerate), thread B imports accelerate, thread C uses the API.
-# One of A and B is held inside bootstrap.sweep, between two of its steps over the pending modules (in
+# One of A and B is held inside the package's _sweep, between two of its steps over the pending modules (in
 # the loader's sweep after deepspeed's hooks, or in the sweep of the apply() that arms the patch at
 # accelerate's import), while C runs its calls; then it goes on. Each hold and release is an Event.
 RACE = r"""
 import json, logging, os, sys, threading
 import accelerate_warmup_patch as awp
-from accelerate_warmup_patch import bootstrap
 
 WHERE, CALLS = sys.argv[1], sys.argv[2].split(",")
 held, release, go = threading.Event(), threading.Event(), threading.Event()
@@ -156,29 +155,29 @@ class Collect(logging.Handler):
 logging.getLogger("accelerate_warmup_patch").addHandler(Collect())
 
 def sweep_caller(frame):
-    while frame is not None and frame.f_code.co_name in ("<listcomp>", "<genexpr>", "_ready"):
+    while frame is not None and frame.f_code.co_name in ("<listcomp>", "<genexpr>"):
         frame = frame.f_back
-    if frame is None or frame.f_code.co_name != "sweep":
+    if frame is None or frame.f_code.co_name != "_sweep":
         return None
     caller, names = frame.f_back, []
-    if caller.f_code.co_name == "_fire":
+    if caller.f_code.co_name == "exec_module":
         return "loader:" + caller.f_locals["module"].__name__
     while frame is not None:
         names.append(frame.f_code.co_name)
         frame = frame.f_back
     return "arming" if caller.f_code.co_name == "apply" and "_arm" in names else None
 
-loaded = bootstrap._loaded
+ready = awp._ready
 
-def loaded_after_a_hold(name):
+def ready_after_a_hold(name):
     if sweep_caller(sys._getframe(1)) == WHERE and not held.is_set():
         held_in.append(threading.current_thread().name)
         held.set()
         go.set()
         release.wait(120)
-    return loaded(name)
+    return ready(name)
 
-bootstrap._loaded = loaded_after_a_hold
+awp._ready = ready_after_a_hold
 
 def import_ended():
     with count_lock:
