@@ -66,10 +66,11 @@ def _arm(module: "ModuleType | None" = None) -> None:
         routes = _importers[:]
         del _importers[:]
     try:
-        from . import api
+        from . import api, settings
 
         for via in routes:
-            api.apply(via=via)
+            if via != ".pth" or settings.env_mode() is not None:  # the .pth line saw a value, maybe blank
+                api.apply(via=via)
         if not api.armed():
             api.cancel(_arm)
     except Exception as error:
@@ -86,7 +87,7 @@ def _on_import() -> None:
     _importers.append(_activated_by())
     # strict mode wants a bad value to stop the start (or raise out of the import) now, not at the first
     # import of a framework; the name is settings.ENV_STRICT, spelled out because settings.py is not loaded
-    if any(name in sys.modules for name in _FRAMEWORKS) or os.environ.get("ACCELERATE_WARMUP_PATCH_STRICT"):
+    if not sys.modules.keys().isdisjoint(_FRAMEWORKS) or os.environ.get("ACCELERATE_WARMUP_PATCH_STRICT"):
         _arm()
         return
     for framework in _FRAMEWORKS:
@@ -106,17 +107,16 @@ def _initializing(name: str) -> bool:
     return getattr(getattr(sys.modules.get(name), "__spec__", None), "_initializing", False) is True
 
 
-# The one post-import hook of the package: its bookkeeping, the finder, the loader. importlib.reload runs
-# this module again in the same namespace: the bookkeeping carries over (api.py holds it by name).
+# The one post-import hook of the package: its bookkeeping, the finder, the loader.
 
-_hooks: "dict[str, list[Hook]]" = globals().get("_hooks", {})
+_hooks: "dict[str, list[Hook]]" = {}
 # modules whose code has run through our loader and whose hooks have all been called, until importlib
 # marks them initialized: a hook registered for one of them is due at once, as for a loaded module
-_ran: "dict[str, ModuleType]" = globals().get("_ran", {})
+_ran: "dict[str, ModuleType]" = {}
 # who imported the package, until _arm hands each to api.apply: ".pth", "sitecustomize", "import"
-_importers: "list[str]" = globals().get("_importers", [])
+_importers: "list[str]" = []
 # guards _hooks, _ran, _importers and our finder's place on sys.meta_path
-_lock = globals().get("_lock") or RLock()
+_lock = RLock()
 _looking_up: "set[str]" = set()  # find_spec runs under importlib's global lock: no race on it
 
 
@@ -182,7 +182,7 @@ def _when_imported(name: str, hook: "Hook") -> "ModuleType | None":
             hooks = _hooks.setdefault(name, [])
             if hook not in hooks:
                 hooks.append(hook)
-            if not any(_is_ours(f) for f in sys.meta_path):
+            if not any(map(_is_ours, sys.meta_path)):
                 # a new list, not an insert: another thread may be iterating over the old one right now
                 sys.meta_path = [_Importer(), *sys.meta_path]
     return module
@@ -216,7 +216,7 @@ def _sweep() -> None:
 
 
 def _leave_if_idle() -> None:
-    if not _hooks and any(_is_ours(f) for f in sys.meta_path):
+    if not _hooks and any(map(_is_ours, sys.meta_path)):
         sys.meta_path = [f for f in sys.meta_path if not _is_ours(f)]  # a new list, as in _when_imported
 
 

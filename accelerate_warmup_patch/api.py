@@ -8,7 +8,11 @@ the moment deepspeed or accelerate is imported, or at once if they already are.
 
 import sys
 
-from . import _hooks, _importers, _leave_if_idle, _lock, _sweep, _when_imported, settings
+# the package's __init__ holds the one post-import hook (the start-up path: one module); read at each
+# call, as importlib.reload of the package makes its bookkeeping anew
+import accelerate_warmup_patch as package
+
+from . import settings
 from .settings import Mode
 
 TYPE_CHECKING = False
@@ -65,7 +69,7 @@ def apply(mode: "str | None" = None, *, via: str = "apply()") -> str:
     if resolved == Mode.OFF:
         if active_mode is not None:
             remove()
-        launcher = _when_imported(_LAUNCHER, _patch) if settings.env_mode() == Mode.OFF else None
+        launcher = package._when_imported(_LAUNCHER, _patch) if settings.env_mode() == Mode.OFF else None
         if launcher is not None:
             _patch(launcher)
         return resolved
@@ -80,10 +84,10 @@ def apply(mode: "str | None" = None, *, via: str = "apply()") -> str:
     # again on every apply(): a module already loaded is patched at once, and only what is not wrapped
     # already is wrapped (what a reload of deepspeed put there)
     for name in _TARGETS:
-        module = _when_imported(name, _patch)
+        module = package._when_imported(name, _patch)
         if module is not None:
             _patch(module)
-    _sweep()
+    package._sweep()
     if late and _wrapped_count() > wrapped_before:
         _settle_live()
     return resolved
@@ -107,10 +111,10 @@ def _settle_live() -> None:
 def remove() -> None:
     """Undo apply() and the import's arming: no hook is pending, every wrapped function is the original."""
     global active_mode
-    with _lock:  # no hook pending, no importer recorded
-        _hooks.clear()
-        del _importers[:]
-        _leave_if_idle()
+    with package._lock:  # no hook pending, no importer recorded
+        package._hooks.clear()
+        del package._importers[:]
+        package._leave_if_idle()
     patch = sys.modules.get("accelerate_warmup_patch.patch")
     if patch is not None:
         patch.unpatch_all()
@@ -140,20 +144,20 @@ def status() -> "dict[str, Any]":
 
 def cancel(hook: "Hook") -> None:
     """Forget a hook that has not been called yet."""
-    with _lock:
-        for name, hooks in list(_hooks.items()):
+    with package._lock:
+        for name, hooks in list(package._hooks.items()):
             kept = [h for h in hooks if h is not hook]
             if kept:
-                _hooks[name] = kept
+                package._hooks[name] = kept
             else:
-                del _hooks[name]
-        _leave_if_idle()
+                del package._hooks[name]
+        package._leave_if_idle()
 
 
 def _waiting_for(hook: "Hook") -> "list[str]":
     """The modules for which ``hook`` waits."""
-    with _lock:
-        return [name for name, hooks in _hooks.items() if hook in hooks]
+    with package._lock:
+        return [name for name, hooks in package._hooks.items() if hook in hooks]
 
 
 def arm_from_environment(via: str = "environment") -> None:

@@ -49,11 +49,10 @@ def test_env_off_start_up_patches_nothing_and_imports_no_wrapt():
     assert _modules({"ACCELERATE_WARMUP_PATCH": "off"}) == START_UP
 
 
-def test_a_blank_value_does_not_arm_at_start_up_and_an_import_still_applies():
-    assert _modules({"ACCELERATE_WARMUP_PATCH": "  "}) == []
-    proc = run_python("import accelerate_warmup_patch as awp; print(awp.status()['applied_by'])",
+def test_a_blank_value_does_not_arm_at_start_up():
+    proc = run_python("import accelerate_warmup_patch as awp; print(awp.status()['waiting_for'])",
                       env={"ACCELERATE_WARMUP_PATCH": "  "})
-    assert proc.stdout.strip() == "['import']", proc.stderr
+    assert proc.stdout.strip() == "[]", proc.stderr
 
 
 START_UP = ["accelerate_warmup_patch"]
@@ -82,6 +81,40 @@ def test_armed_start_up_loads_the_rest_of_the_package_at_the_first_deepspeed_imp
     assert proc.returncode == 0, proc.stderr[-3000:]
     status = json.loads(proc.stdout.strip().splitlines()[-1])
     assert status["applied_by"] == [".pth"] and "deepspeed.initialize" in status["patched"], status
+
+
+# The package's functions on the stack when patch_deepspeed starts, outermost first.
+CALLS_TO_PATCH_DEEPSPEED = r"""
+import importlib.util, json, os, sys
+package = os.path.dirname(importlib.util.find_spec("accelerate_warmup_patch").origin) + os.sep
+chains = []
+
+def profile(frame, event, arg):
+    if event == "call" and frame.f_code.co_name == "patch_deepspeed":
+        chain, caller = [], frame.f_back
+        while caller is not None:
+            if caller.f_code.co_filename.startswith(package) and caller.f_code.co_name != "<module>":
+                chain.append(caller.f_code.co_name)
+            caller = caller.f_back
+        chains.append(chain[::-1])
+
+sys.setprofile(profile)
+IMPORTS
+sys.setprofile(None)
+print(json.dumps(chains))
+"""
+
+
+@pytest.mark.parametrize("imports, env, chain", [
+    # armed by the .pth: deepspeed's import runs the loader, which calls the hook that apply() registered
+    ("import deepspeed", {"ACCELERATE_WARMUP_PATCH": "reset"}, ["exec_module", "_patch"]),
+    # deepspeed first: the package's import arms at once and patches what is loaded
+    ("import deepspeed\nimport accelerate_warmup_patch", {}, ["_on_import", "_arm", "apply", "_patch"]),
+])
+def test_from_the_pth_or_an_import_to_patch_deepspeed_in_at_most_four_calls(imports, env, chain):
+    proc = run_python(CALLS_TO_PATCH_DEEPSPEED.replace("IMPORTS", imports), env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [chain]
 
 
 def test_using_the_api_before_any_framework_arms_the_hooks_at_once():
