@@ -74,6 +74,8 @@ def _arm(module: "ModuleType | None" = None) -> None:
         if not api.armed():
             api.cancel(_arm)
     except Exception as error:
+        with _lock:  # not armed: the next framework import or API use tries again (strict mode raises again:
+            _importers[:0] = routes  # a framework may swallow what its own import of another one raised)
         from . import failures
 
         failures.arming_failed(error, routes, module)

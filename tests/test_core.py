@@ -135,14 +135,13 @@ def test_strict_mode_raises_on_an_injected_failure():
     assert "PatchError" in ran.stderr and "injected fault" in ran.stderr
 
 
-BROKEN_HAND_OVER = """
-import os, sys, types
-# fault injection: no real run makes the rest of the package fail to load
-broken = types.ModuleType("accelerate_warmup_patch.api")
-def take_over():
+BROKEN_ARMING = """
+import os
+import accelerate_warmup_patch.api as api
+# fault injection: no real run makes arming fail
+def apply(**kwargs):
     raise RuntimeError("injected fault")
-broken.take_over = take_over
-sys.modules["accelerate_warmup_patch.api"] = broken
+api.apply = apply
 os.environ["ACCELERATE_WARMUP_PATCH_STRICT"] = WANTED  # after start-up: set at start-up, the package loads at once
 import deepspeed
 assert not hasattr(deepspeed.initialize, "__wrapped__")
@@ -152,14 +151,15 @@ print("imported")
 
 @pytest.mark.parametrize("strict", ["", "1"], ids=["default", "strict"])
 def test_a_failure_while_arming_at_the_first_deepspeed_import_never_breaks_that_import(strict):
-    proc = run_python(BROKEN_HAND_OVER.replace("WANTED", repr(strict)), env={"ACCELERATE_WARMUP_PATCH": "reset"})
+    proc = run_python(BROKEN_ARMING.replace("WANTED", repr(strict)), env={"ACCELERATE_WARMUP_PATCH": "reset"})
     assert "injected fault" in proc.stderr
     if strict:
         assert proc.returncode != 0 and "imported" not in proc.stdout
     else:
         assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] == "imported", proc.stderr[-3000:]
-        # deepspeed imports accelerate on the way: whichever finishes first arms the patch
-        assert "failed (RuntimeError('injected fault')); this process runs unpatched" in proc.stderr
+        # deepspeed imports accelerate on the way (through transformers, which swallows what that import
+        # raises): arming is tried at each framework's import, and warned of once
+        assert proc.stderr.count("failed (RuntimeError('injected fault')); this process runs unpatched") == 1
         assert "arming the patch at the import of" in proc.stderr
 
 
