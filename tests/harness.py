@@ -81,6 +81,9 @@ class Spec:
     # "client" (a torch optimizer and a WarmupLR object that user code builds, passed in),
     # "early-bound" (`from deepspeed import initialize` before the patch), "pipeline" (a PipelineEngine)
     road: str = "config"
+    # user code steps the engine's DeepSpeed scheduler this many times after deepspeed.initialize (accelerate:
+    # after prepare; the Trainer: at on_train_begin), before the first optimizer step: the old workaround
+    user_steps: int = 0
 
     @property
     def key(self) -> str:
@@ -88,6 +91,7 @@ class Spec:
         extra = (":bf16" if self.bf16 else "") + (":offload" if self.offload else "")
         extra += ":torch-scheduler" if self.torch_scheduler else ""
         extra += f":{self.road}" if self.road != "config" else ""
+        extra += f":user-steps{self.user_steps}" if self.user_steps else ""
         return f"{self.path}:{self.scheduler}:g{groups}:ga{self.grad_accum}:z{self.zero}{extra}"
 
     @property
@@ -139,6 +143,8 @@ def run_deepspeed(spec: Spec) -> list[list[float | None]]:
         kwargs["before"] = lambda engine: engine.load_checkpoint(
             spec.resume_from, tag="ckpt", load_optimizer_states=spec.load_optimizer_states,
             load_lr_scheduler_states=spec.load_lr_scheduler_states)
+    if spec.user_steps:
+        kwargs["before"] = lambda engine: _user_steps(spec, engine.lr_scheduler)
     if spec.road == "client":
         from deepspeed.runtime import lr_schedules
 
@@ -157,6 +163,12 @@ def run_deepspeed(spec: Spec) -> list[list[float | None]]:
     return demo.train_deepspeed(config, model, params, spec.steps, **kwargs)
 
 
+def _user_steps(spec: Spec, scheduler: Any) -> None:
+    """The old workaround: user code steps the DeepSpeed scheduler itself before training."""
+    for _ in range(spec.user_steps):
+        scheduler.step()
+
+
 _EARLY_BOUND: list[Any] = []  # `from deepspeed import initialize`, taken before the patch was applied
 
 
@@ -171,6 +183,7 @@ def _train_pipeline(spec: Spec, config: dict[str, Any], model: Any, params: Any)
     deepspeed.init_distributed(dist_backend="gloo")
     module = PipelineModule(layers=list(model), num_stages=1, loss_fn=lambda out, _: out.pow(2).mean())
     engine, _, _, _ = deepspeed.initialize(model=module, model_parameters=params, config=config)
+    _user_steps(spec, engine.lr_scheduler)
     recorder = demo.Recorder(demo.torch_optimizer(engine))
     batches = iter([(torch.randn(2, 4), torch.zeros(2, 4)) for _ in range(spec.steps * spec.grad_accum)])
     for _ in range(spec.steps):
@@ -197,6 +210,7 @@ def run_accelerate(spec: Spec) -> list[list[float | None]]:
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     if spec.patch == "after":
         _import_patch(spec)
+    _user_steps(spec, model.lr_scheduler)  # the engine's scheduler (accelerate's wrapper's step() does nothing)
     recorder = demo.Recorder(demo.torch_optimizer(model))
     for _ in range(spec.steps * spec.grad_accum):
         with accelerator.accumulate(model):
@@ -243,6 +257,7 @@ def run_trainer(spec: Spec) -> list[list[float | None]]:
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.recorder = demo.Recorder(demo.innermost_optimizer(kwargs["optimizer"]))
+            _user_steps(spec, kwargs["lr_scheduler"].scheduler)  # accelerate's wrapper of the engine's scheduler
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.recorder.flush()
