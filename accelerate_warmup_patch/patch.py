@@ -7,9 +7,10 @@ Loaded only once deepspeed or accelerate is imported (see ``bootstrap``): wrapt 
   constructors (the start lr, the default peak, an unknown warmup_type), ``get_lr`` and
   ``get_lr_ratio`` (what they return before the first step; the cosine past its total).
 - The nets: ``deepspeed.initialize`` and accelerate's ``DeepSpeedEngineWrapper.backward`` settle a
-  scheduler built before the patch was applied, and are where ``step`` mode steps a fresh scheduler
-  once before the first optimizer step. ``apply()`` after deepspeed was imported settles the live
-  ones once (``settle_live``).
+  scheduler built before the patch was applied. ``apply()`` after deepspeed was imported settles the
+  live ones once (``settle_live``).
+- ``step`` mode: the engine's optimizer step (``releases.optimizer_step_method``) looks at its scheduler
+  just before the first one, and steps it once only if it is still fresh (user code may have stepped it).
 - ``DeepSpeedEngine.load_checkpoint``: on a release that starts the class wrong, the optimizer's lr
   is aligned with the scheduler the checkpoint restored when the optimizer's lr was not restored.
 
@@ -92,7 +93,8 @@ class _Seen:
 
 state = _State()
 _settled = _Seen()  # schedulers whose build-time behaviour the patch has decided on: one try each
-_netted = _Seen()  # schedulers a net has seen (step mode steps each once)
+_netted = _Seen()  # schedulers a net has seen (each is settled once)
+_looked = _Seen()  # schedulers step mode has looked at, at their engine's first optimizer step
 
 
 # Patching --------------------------------------------------------------------------------
@@ -153,6 +155,13 @@ def patch_deepspeed(module: ModuleType) -> None:
     _wrap(module, "initialize", _initialize_wrapper)
     _wrap(engine_class, "load_checkpoint", _load_checkpoint_wrapper(
         inspect.signature(vars(engine_class)["load_checkpoint"])))
+    optimizer_step = releases.optimizer_step_method(version)
+    if optimizer_step is not None and optimizer_step in vars(engine_class):
+        _wrap(engine_class, optimizer_step, _optimizer_step_wrapper)
+    else:  # an untested release that moved it: reset mode is whole, step mode has no moment to act
+        failures.report("optimizer-step", f"finding DeepSpeedEngine.{optimizer_step}, where step mode acts",
+                        LookupError(f"DeepSpeed {version} has no DeepSpeedEngine.{optimizer_step}"),
+                        "step mode steps no scheduler; everything else applies")
 
 
 def patch_accelerate(module: ModuleType) -> None:
@@ -279,6 +288,16 @@ def _backward_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwa
     return wrapped(*args, **kwargs)
 
 
+def _optimizer_step_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
+    """DeepSpeedEngine._take_model_step: the optimizer step, at a gradient accumulation boundary, on every road
+    (engine.step, accelerate's backward, the Trainer, a PipelineEngine's train_batch)."""
+    if api.active_mode == Mode.STEP and instance is not None:
+        scheduler = getattr(instance, "lr_scheduler", None)
+        if scheduler is not None and id(scheduler) not in _looked.ids:  # after the first step: one set lookup
+            step_before_first_optimizer_step(instance, scheduler)
+    return wrapped(*args, **kwargs)
+
+
 def _load_checkpoint_wrapper(signature: inspect.Signature) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
         result = wrapped(*args, **kwargs)
@@ -302,7 +321,7 @@ def _optimizer_lr_restored(signature: inspect.Signature, engine: Any, args: Any,
 
 def prepare_first_step(engine: Any, when: str = "before the first optimizer step") -> None:
     """Before an engine's first optimizer step: a scheduler built before the patch was applied is settled
-    as the constructor's fix would have, and in ``step`` mode a fresh scheduler is stepped once."""
+    as the constructor's fix would have. Step mode's step waits for the optimizer step itself."""
     try:
         scheduler = getattr(engine, "lr_scheduler", None)
         if scheduler is None or id(scheduler) in _netted.ids:  # every backward: no Python-level call
@@ -310,8 +329,6 @@ def prepare_first_step(engine: Any, when: str = "before the first optimizer step
         _netted.add(scheduler)
         if scheduler not in _settled:
             settle(scheduler, _construction_from_config(engine, scheduler), when)
-        if api.active_mode == Mode.STEP:
-            _step_once(scheduler)
     except Exception as error:  # the nets run inside the user's initialize and backward: never break them
         failures.report("net", "preparing the scheduler for the first optimizer step", error,
                         "that scheduler runs as this DeepSpeed made it")
@@ -434,10 +451,28 @@ def _backport_default_peak(scheduler: Any, name: str, construction: schedules.Co
     return True
 
 
+def step_before_first_optimizer_step(engine: Any, scheduler: Any) -> None:
+    """Step mode, just before the first optimizer step of ``engine`` with ``scheduler``: look first. Only a
+    scheduler that is still fresh is stepped, once; one that user code (or a checkpoint) has stepped is left."""
+    try:
+        _looked.add(scheduler)
+        if scheduler not in _settled:  # built before the patch, on a road no net saw
+            settle(scheduler, _construction_from_config(engine, scheduler), "before the first optimizer step")
+        _step_once(scheduler)
+    except Exception as error:  # runs inside the user's optimizer step: never break it
+        failures.report("step-net", "stepping the scheduler before the first optimizer step", error,
+                        "that scheduler runs as in mode reset")
+
+
 def _step_once(scheduler: Any) -> None:
     name = schedules.class_name(scheduler)
-    if name is None or not schedules.is_fresh(scheduler):
-        return  # not DeepSpeed's, or it has stepped (a resumed run): left alone
+    if name is None:
+        return  # not DeepSpeed's: left alone
+    if not schedules.is_fresh(scheduler):
+        log.info("%s: not stepped before the first optimizer step: it has stepped already (last_batch_iteration "
+                 "%s: user code stepped it, or a checkpoint restored it); step mode steps only a fresh scheduler",
+                 name, scheduler.last_batch_iteration)
+        return
     changes = _change(scheduler, "step", f"stepping {name} once (mode=step)", scheduler.step,
                       "that scheduler runs as in mode reset (this warning is not repeated)", all_groups=True)
     if changes is not None:

@@ -230,6 +230,38 @@ def built_wrong(scheduler: str, deepspeed_version: str) -> bool:
     return any(c.method == "__init__" for c in missing_backports(scheduler, deepspeed_version))
 
 
+# Where an engine takes its optimizer step: the last moment that decides the first step's lr, where step
+# mode looks at the scheduler (and steps it once if user code has not).
+
+_ENGINE = "deepspeed/runtime/engine.py"
+_READ_AT = "read at v0.9.0, 0.9.5, 0.10.0, 0.10.3, 0.11.2, 0.12.0, 0.12.6, 0.13.5, 0.14.0, 0.14.4, 0.14.5, 0.15.0, " \
+    "0.15.2, 0.15.4, 0.16.0, 0.16.9, 0.17.0, 0.17.6, 0.18.0, 0.18.9, 0.19.0, 0.19.8"
+
+
+@dataclass(frozen=True)
+class OptimizerStepFact:
+    """The DeepSpeedEngine method that runs the optimizer step and then the scheduler's, on these releases."""
+
+    span: Span
+    method: str
+    source: str
+
+
+OPTIMIZER_STEPS: tuple[OptimizerStepFact, ...] = (
+    OptimizerStepFact(Span("0.9.0", None), "_take_model_step",
+                      f"{_ENGINE} @ v0.9.0..v0.19.8: step() calls it only at a gradient accumulation boundary; it "
+                      "runs optimizer.step(), then lr_scheduler.step() unless the step overflowed; "
+                      "runtime/pipe/engine.py's _exec_optimizer_step calls it; no other class defines it "
+                      f"({_READ_AT}; its block_eigenvalue parameter is gone by 0.19.8); {_RUN} on 0.15.2, 0.19.8"),
+)
+
+
+def optimizer_step_method(deepspeed_version: str) -> str | None:
+    """The DeepSpeedEngine method step mode wraps on this release; None below the table's floor."""
+    parsed = parse(deepspeed_version)
+    return next((fact.method for fact in OPTIMIZER_STEPS if fact.span.contains(parsed)), None)
+
+
 # DeepSpeed's multi-node launcher --------------------------------------------------------
 # `deepspeed --hostfile` (and `accelerate launch` across machines, which calls it) starts the ranks
 # of every node through a runner class. runner.py's main() sends a variable to the nodes only when
