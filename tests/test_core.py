@@ -168,7 +168,8 @@ import deepspeed, accelerate.utils.deepspeed as acc
 from deepspeed.runtime import lr_schedules
 from deepspeed.runtime.engine import DeepSpeedEngine
 originals = (deepspeed.initialize, acc.DeepSpeedEngineWrapper.__dict__['backward'],
-             lr_schedules.WarmupLR.__dict__['__init__'], DeepSpeedEngine.__dict__['load_checkpoint'])
+             lr_schedules.WarmupLR.__dict__['__init__'], DeepSpeedEngine.__dict__['load_checkpoint'],
+             DeepSpeedEngine.__dict__['_take_model_step'])
 import accelerate_warmup_patch as awp
 awp.apply(); awp.apply(mode="step"); awp.apply()
 wrapped = deepspeed.initialize
@@ -177,12 +178,14 @@ from accelerate_warmup_patch import releases
 methods = [f"deepspeed.runtime.lr_schedules.{m}" for m in releases.methods_to_fix(deepspeed.__version__)]
 assert sorted(awp.status()["patched"]) == sorted(methods + ["deepspeed.initialize",
     "deepspeed.runtime.engine.DeepSpeedEngine.load_checkpoint",
+    "deepspeed.runtime.engine.DeepSpeedEngine._take_model_step",
     "accelerate.utils.deepspeed.DeepSpeedEngineWrapper.backward"]), awp.status()
 awp.remove()
 assert deepspeed.initialize is originals[0]
 assert acc.DeepSpeedEngineWrapper.__dict__['backward'] is originals[1]
 assert lr_schedules.WarmupLR.__dict__['__init__'] is originals[2]
 assert DeepSpeedEngine.__dict__['load_checkpoint'] is originals[3]
+assert DeepSpeedEngine.__dict__['_take_model_step'] is originals[4]
 assert awp.status()["patched"] == [] and awp.status()["mode"] == "off"
 awp.apply()
 assert deepspeed.initialize.__wrapped__ is originals[0]
