@@ -10,9 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ports
 import pytest
 import quickstart
 from conftest import HERE, installed
+from ports import port
 
 from accelerate_warmup_patch import releases
 
@@ -44,25 +46,28 @@ def _check(launched: tuple[subprocess.CompletedProcess[str], dict[str, object]])
 
 
 def test_torchrun_two_cpu_ranks(tmp_path):
-    line = quickstart.line("torchrun --nproc_per_node 2 train.py")
-    _check(_launch(quickstart.command(line, SCRIPT, 29741), 29741, tmp_path))
+    line, at = quickstart.line("torchrun --nproc_per_node 2 train.py"), port(ports.LAUNCH_TORCHRUN)
+    _check(_launch(quickstart.command(line, SCRIPT, at), at, tmp_path))
 
 
 def test_accelerate_launch_two_cpu_ranks(tmp_path):
-    _check(_launch(quickstart.command(quickstart.line("accelerate launch "), SCRIPT, 29742), 29742, tmp_path))
+    line, at = quickstart.line("accelerate launch "), port(ports.LAUNCH_ACCELERATE)
+    _check(_launch(quickstart.command(line, SCRIPT, at), at, tmp_path))
 
 
 @pytest.mark.skipif(shutil.which("numactl") is None,
                     reason="DeepSpeed's launcher binds CPU ranks with numactl (Debian package numactl)")
 def test_deepspeed_launcher_two_cpu_ranks(tmp_path):
-    _check(_launch(quickstart.command(quickstart.line("deepspeed --num_gpus"), SCRIPT, 29743), 29743, tmp_path))
+    line, at = quickstart.line("deepspeed --num_gpus"), port(ports.LAUNCH_DEEPSPEED)
+    _check(_launch(quickstart.command(line, SCRIPT, at), at, tmp_path))
 
 
 def test_accelerate_launch_in_step_mode_uses_lr_k_at_step_k(tmp_path):
+    at = port(ports.LAUNCH_ACCELERATE_STEP)
     proc, ranks = _launch([str(BIN / "accelerate"), "launch", "--use_deepspeed", "--zero_stage", "2",
                            "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-                           "--dynamo_backend", "no", "--main_process_port", "29744", LAUNCHED, "--accelerate"],
-                          29744, tmp_path, mode="step")
+                           "--dynamo_backend", "no", "--main_process_port", str(at), LAUNCHED, "--accelerate"],
+                          at, tmp_path, mode="step")
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert ranks["rank0"] == ranks["rank1"] == [[0.0], [0.0002], [0.0004], [0.0006]]
     info = [x for x in (proc.stdout + proc.stderr).splitlines() if "[accelerate_warmup_patch] INFO" in x]

@@ -17,15 +17,17 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import ports
 import pytest
 import sshd
 from conftest import HERE, installed
+from ports import port
 
 from accelerate_warmup_patch import releases
 
 BIN = Path(sys.executable).parent
-SSHD_PORT = 29752
-TRAIN_PORT, ENV_PORT = 29751, 29753
+SSHD_PORT = port(ports.MULTINODE_SSHD)
+TRAIN_PORT, ENV_PORT = port(ports.MULTINODE_TRAIN), port(ports.MULTINODE_ENV)
 DEEPSPEED = installed("deepspeed")
 RANKS = [{"node": "0", "rank": "0"}, {"node": "1", "rank": "1"}]
 

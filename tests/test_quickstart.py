@@ -8,9 +8,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import ports
 import pytest
 import quickstart
 from conftest import HERE, installed
+from ports import port
 
 from accelerate_warmup_patch import releases
 
@@ -72,14 +74,14 @@ def _run(job: Path, line: str, mode: str, port: int) -> list[list[float]]:
 
 def test_the_trainer_line_starts_at_the_warmup_lr(job):
     assert quickstart.line("export ACCELERATE_WARMUP_PATCH=reset")
-    assert _run(job, TRAINER, "reset", 29746) == [[0.0], [0.0], [0.0002], [0.0004]]
+    assert _run(job, TRAINER, "reset", port(ports.QUICKSTART_RESET)) == [[0.0], [0.0], [0.0002], [0.0004]]
 
 
 def test_the_off_line_leaves_the_release_as_it_is(job):
     mode = quickstart.line("export ACCELERATE_WARMUP_PATCH=off").split("=")[1]
     fixed = not releases.lacks("start", "WarmupLR", installed("deepspeed"))
     first = 0.0 if fixed else 1e-3  # the Trainer fills warmup_max_lr and the optimizer's lr with learning_rate
-    assert _run(job, TRAINER, mode, 29747) == [[first], [0.0], [0.0002], [0.0004]]
+    assert _run(job, TRAINER, mode, port(ports.QUICKSTART_MODE)) == [[first], [0.0], [0.0002], [0.0004]]
 
 
 def test_the_doctor_line_reads_the_config(job):

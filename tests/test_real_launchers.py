@@ -29,10 +29,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import ports
 import pytest
 import slurm
 import sshd
 from conftest import HERE, installed
+from ports import port
 
 from accelerate_warmup_patch import releases
 
@@ -42,7 +44,7 @@ pytestmark = pytest.mark.skipif(not os.environ.get("AWP_REAL_LAUNCHES"),
 BIN = Path(sys.executable).parent
 SCRIPT = str(HERE / "launched.py")
 DEEPSPEED = installed("deepspeed")
-SSH_PORT, SLURM_PORT = 29755, 29770
+SSH_PORT, SLURM_PORT = port(ports.REAL_SSH), port(ports.REAL_SLURM)
 PORTS = itertools.count(29800)  # one rendezvous port per launch: no launch waits on another's TIME_WAIT
 FIXED = releases.start_fact("WarmupLR", DEEPSPEED).start is releases.Start.SETS_EVERY_GROUP
 WARMUP = [[0.0], [0.0], [0.0002], [0.0004]]  # WarmupLR 0 -> 1e-3 over 5 steps, steps 0-3 (launched.py)

@@ -1,0 +1,25 @@
+"""The TCP ports the tests' own launches and servers listen on: one block of PORTS per nox session.
+
+nox runs sessions side by side (``nox --parallel``, as .ci/run does), and two sessions whose sshd or
+rendezvous asked for the same port would fail each other's launches. The noxfile gives each session
+that launches anything a block of its own in ``AWP_PORT_BASE``; run by hand, the block starts at 29740.
+"""
+
+from __future__ import annotations
+
+import os
+
+PORTS = 60  # a block: the highest offset used is the Slurm cluster's srun range (SLURM + 20)
+BASE = int(os.environ.get("AWP_PORT_BASE", "29740"))
+
+# offsets in the block, one per listener
+LAUNCH_TORCHRUN, LAUNCH_ACCELERATE, LAUNCH_DEEPSPEED, LAUNCH_ACCELERATE_STEP = 1, 2, 3, 4
+QUICKSTART_RESET, QUICKSTART_MODE = 6, 7
+MULTINODE_TRAIN, MULTINODE_SSHD, MULTINODE_ENV = 11, 12, 13
+REAL_SSH, REAL_SLURM = 15, 30
+
+
+def port(offset: int) -> int:
+    """The port at ``offset`` in this session's block."""
+    assert 0 <= offset < PORTS, offset
+    return BASE + offset
