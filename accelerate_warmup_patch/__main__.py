@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import sys
 from typing import Any
 
@@ -17,12 +19,16 @@ exit codes:
   0  done; doctor: nothing --strict fails on (or --strict not given)
   1  doctor --strict: an affected job would run unpatched, or ACCELERATE_WARMUP_PATCH holds a value it
      does not accept; demo: the patched run did not start at the warmup lr
-  2  usage error, an unreadable --config, or what demo needs is missing (torch, DeepSpeed, matplotlib)"""
+  2  usage error, an unreadable --config, or what demo needs is missing (torch, DeepSpeed, matplotlib)
+  141  the reader closed the output early (`| head`): the rest is dropped, nothing is printed, as for a tool
+     that SIGPIPE ends (128 + 13)"""
+BROKEN_PIPE = 141
 
 DOCTOR = """\
 Opens with one verdict line (the state), then the details: installed versions, the guard table's
 word per scheduler class, how a new process of this environment would be armed, and whether the
-multi-node launcher would carry the switch. Without --config it imports neither torch nor
+multi-node launcher would carry the switch; which interpreters (python, -I, -E, -s, -S, and
+--python-flags) the switch reaches, asked of each. Without --config it imports neither torch nor
 deepspeed. --config reads your DeepSpeed config (or a TrainingArguments JSON / accelerate YAML
 that names one) and prints the lr optimizer steps 0-3 use, unpatched and patched, computed with
 the installed release's own scheduler class on a throwaway optimizer (a child interpreter, a few
@@ -40,8 +46,14 @@ mode, each in a fresh interpreter, and prints the lr each step used. Needs torch
 the first run on a release compiles DeepSpeed's CPU comm op (20-60 s)."""
 STATUS = """\
 Without options: what a process started with this environment would do (the environment variable,
-the .pth, sitecustomize), without importing torch or deepspeed. --live starts such a process,
+the .pth, sitecustomize) and which interpreters the switch reaches, asked of each, without importing
+torch or deepspeed. --live starts such a process,
 imports deepspeed and accelerate in it, and prints its status(): mode, wrappers, verdicts."""
+
+
+PYTHON_FLAGS = ("the job's own interpreter flags, as one word with '=' (--python-flags=-S, --python-flags='-X dev'): "
+                "the answer is for `python FLAGS train.py`, asked of such an interpreter")
+_TAKES_VALUE = ("-X", "-W", "--check-hash-based-pycs")
 
 
 def _version() -> str:
@@ -68,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--group-lrs", metavar="LR,LR", help="the param groups' lrs (default: one group at the lr)")
     doctor.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                         help="a scheduler param, where the config says \"auto\" (e.g. warmup_num_steps=100)")
+    doctor.add_argument("--python-flags", metavar="FLAGS", default="", help=PYTHON_FLAGS)
     demo = commands.add_parser("demo", help="check this node: the installed DeepSpeed, unpatched and patched",
                                description=DEMO, formatter_class=raw)
     demo.add_argument("-v", "--verbose", action="store_true", help="show DeepSpeed's own output")
@@ -76,12 +89,31 @@ def _parser() -> argparse.ArgumentParser:
                                  description=STATUS, formatter_class=raw)
     status.add_argument("--json", action="store_true", help="one JSON object on stdout")
     status.add_argument("--live", action="store_true", help="start such a process, import deepspeed in it, report")
+    status.add_argument("--python-flags", metavar="FLAGS", default="", help=PYTHON_FLAGS)
+    for sub in (doctor, demo, status):
+        sub.set_defaults(parser=sub)  # a typo among its options prints its own usage
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a command; output cut by a closed pipe ends it quietly (the recipe of the signal module's docs)."""
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # inside the try: the last lines may still be in the buffer
+    except BrokenPipeError:
+        # the reader is gone: point stdout at devnull so that the interpreter's own flush at exit stays quiet
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return BROKEN_PIPE
+    return code
+
+
+def _run(argv: list[str] | None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    command: argparse.ArgumentParser = getattr(args, "parser", parser)
+    if extra:  # argparse would print the top-level usage for a subcommand's typo
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
         parser.print_help()
         return 0
@@ -89,13 +121,29 @@ def main(argv: list[str] | None = None) -> int:
         from . import demo as demo_module
 
         return demo_module.main(verbose=args.verbose, plot_path=args.plot)
+    flags = _python_flags(command, args.python_flags)
     if args.command == "doctor":
         from . import doctor as doctor_module
 
         config_args = _config_args(parser, args) if args.config else None
         return doctor_module.main(as_json=args.json, strict=args.strict, verbose=args.verbose,
-                                  config_args=config_args)
-    return _status(args.json, args.live)
+                                  config_args=config_args, python_flags=flags)
+    return _status(args.json, args.live, flags)
+
+
+def _python_flags(parser: argparse.ArgumentParser, raw: str) -> list[str]:
+    """The job's interpreter options; never a script, -c or -m (the answer's own child runs -c)."""
+    try:
+        flags = shlex.split(raw)
+    except ValueError as error:
+        parser.error(f"--python-flags={raw}: {error}")
+    for before, flag in zip(["", *flags], flags):
+        if before in _TAKES_VALUE:
+            continue
+        if not flag.startswith("-") or flag in ("-", "-c", "-m") or flag.startswith(("-c", "-m")):
+            parser.error(f"--python-flags={raw}: {flag!r} is not an interpreter option: give only the options "
+                         "before the script (e.g. -S, -E, -I, -X dev)")
+    return flags
 
 
 def _config_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
@@ -113,10 +161,10 @@ def _config_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> d
     return {"path": args.config, "lr": args.lr, "group_lrs": group_lrs, "sets": sets}
 
 
-def _status(as_json: bool, live: bool) -> int:
+def _status(as_json: bool, live: bool, flags: list[str]) -> int:
     from . import status_report
 
-    data = status_report.live() if live else status_report.would()
+    data = status_report.live(flags) if live else status_report.would(flags)
     if as_json:
         print(json.dumps(data, indent=2))
     else:

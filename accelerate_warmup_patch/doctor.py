@@ -1,6 +1,7 @@
 """``doctor``: what is installed, what the guard table says of it, and whether the patch would run.
 
-Reads package metadata and files only: it imports neither torch, deepspeed nor accelerate, so it
+Reads package metadata and files, and asks child interpreters whether the switch arms them (a few tenths
+of a second): it imports neither torch, deepspeed nor accelerate, so it
 is fast enough for an image build step (``doctor --strict``). ``--config`` computes the lrs of a user's
 scheduler in a child interpreter (``config.py``). Opens with one verdict line: the state (``STATES``).
 """
@@ -11,6 +12,7 @@ import importlib.util
 import json
 import os
 import site
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -61,21 +63,124 @@ def env_problem() -> str | None:
             f"{settings.DEFAULT} mode (with {settings.ENV_STRICT} set, it stops at start-up): set one of these")
 
 
-def activation() -> dict[str, Any]:
-    """Through what the patch would be active in a new process of this environment, and in which mode."""
+# The one way the CLI asks a new process: a child interpreter prints RESULT and a JSON object on one line.
+RESULT = "AWP-STATUS-RESULT "
+# the interpreters every answer covers; the job's own flags (--python-flags) are added to them
+INTERPRETERS: tuple[tuple[str, ...], ...] = ((), ("-I",), ("-E",), ("-s",), ("-S",))
+# the child: only a .pth or a sitecustomize has imported the package before its first line (never this code)
+_PROBE = f"""
+import json, os, sys
+package = sys.modules.get("accelerate_warmup_patch")
+status = package.status() if package else None
+site_ran, folders, location = "site" in sys.modules, [], None
+if site_ran:
+    import site
+    folders = site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])
+import importlib.util
+spec = importlib.util.find_spec("accelerate_warmup_patch") if package is None else package.__spec__
+if spec is not None and spec.origin:
+    location = os.path.dirname(os.path.dirname(spec.origin))
+print({RESULT!r} + json.dumps({{"status": status, "site": site_ran, "site_folders": folders,
+      "location": location}}), flush=True)
+"""
+
+
+def label(flags: list[str] | tuple[str, ...]) -> str:
+    """How the answers name an interpreter: ``python -S``."""
+    return " ".join(["python", *flags])
+
+
+def start(flags: list[str] | tuple[str, ...], code: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """Start ``python FLAGS -c CODE`` (this interpreter, the job's flags) in ``env``; ``answer`` reads it."""
+    return subprocess.Popen([sys.executable, *flags, "-c", code], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def answer(proc: subprocess.Popen[str], timeout: float = 600) -> dict[str, Any]:
+    """The child's JSON object, or ``{"error": ...}`` with its exit status and last line of stderr."""
+    out, err = proc.communicate(timeout=timeout)
+    line = next((x for x in out.splitlines() if x.startswith(RESULT)), None)
+    if line is None:
+        last = (err.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"the process failed (exit {proc.returncode}): {last}"}
+    result: dict[str, Any] = json.loads(line[len(RESULT):])
+    return result
+
+
+def _reached(probe: dict[str, Any]) -> dict[str, Any]:
+    """One interpreter's entry: armed or not, in which mode, through what, and why not, from the child's facts."""
+    if "error" in probe:
+        return {"armed": False, "mode": None, "through": [], "why": probe["error"]}
+    status = probe["status"]
+    armed = status is not None and status["mode"] != settings.Mode.OFF
+    entry = {"armed": armed, "mode": status["mode"] if status else None,
+             "through": status["applied_by"] if status else [], "why": None}
+    if armed or status is not None:
+        return entry
+    explicit = "import accelerate_warmup_patch first in the script"
+    custom = "add a sitecustomize.py there that calls accelerate_warmup_patch.arm_from_environment()"
+    folder = probe["location"]
+    if not probe["site"]:
+        entry["why"] = f"site.py does not run there (no .pth, no sitecustomize): {explicit}"
+    elif folder is None:
+        entry["why"] = ("accelerate_warmup_patch cannot be imported there (not on that interpreter's path): install "
+                        "it into that interpreter's site-packages")
+    elif not any((Path(f) / PTH).is_file() for f in probe["site_folders"]) and (Path(folder) / PTH).is_file():
+        entry["why"] = (f"its {PTH} in {folder} is not read: {folder} is not a site folder (a pip --target folder "
+                        f"on PYTHONPATH; Python reads .pth files in site-packages only): {explicit}, or {custom}")
+    else:
+        entry["why"] = f"no {PTH} in that interpreter's site folders was read: {explicit}, or {custom}"
+    return entry
+
+
+def interpreters(flags: list[str]) -> tuple[dict[str, dict[str, Any]], str]:
+    """Which interpreters the switch reaches, asked of each (started at once, in parallel), and the value of
+    ACCELERATE_WARMUP_PATCH they were started with: the environment's, or reset where it is unset or off."""
+    raw = os.environ.get(settings.ENV_MODE, "")
+    value = raw if raw.strip() and env_mode() != settings.Mode.OFF else settings.Mode.RESET
+    env = {**os.environ, settings.ENV_MODE: value}
+    wanted = list(dict.fromkeys([*INTERPRETERS, tuple(flags)]))
+    started = [(label(f), start(f, _PROBE, env)) for f in wanted]
+    return {name: _reached(answer(proc)) for name, proc in started}, value
+
+
+def activation(flags: list[str] | None = None) -> dict[str, Any]:
+    """Through what the patch would be active in a new process of this environment (``python FLAGS``, asked of
+    such an interpreter), in which mode, and which other interpreters the switch reaches."""
+    flags = list(flags or [])
     raw = os.environ.get(settings.ENV_MODE)
     mode = env_mode()
     pth, custom = pth_installed(), sitecustomize_imports_us()
+    table, probed_with = interpreters(flags)
+    job = label(flags)
+    if probed_with == raw:
+        seen = table[job]
+    elif custom:  # the table is what reset would do; ask what this environment does
+        seen = _reached(answer(start(flags, _PROBE, dict(os.environ))))
+    else:  # unset, or off: the .pth line imports nothing, or arms nothing
+        seen = {"armed": False, "mode": None, "through": [], "why": None}
     through = []
-    if mode not in (None, settings.Mode.OFF) and pth:
+    if seen["armed"] and ".pth" in seen["through"]:
         through.append(f"env var {settings.ENV_MODE}={raw!r} + {PTH}")
-    if custom and mode != settings.Mode.OFF:
-        through.append(f"sitecustomize ({custom})")
+    if seen["armed"] and "sitecustomize" in seen["through"]:
+        through.append(f"sitecustomize ({custom or 'sitecustomize'})")
     return {
-        "env": raw, "mode": mode or (settings.DEFAULT if custom else "not armed"),
-        "pth": pth, "sitecustomize": custom, "active_at_start_up": bool(through), "through": through,
+        "env": raw, "mode": seen["mode"] if seen["armed"] else (settings.Mode.OFF if mode == settings.Mode.OFF
+                                                                 else "not armed"),
+        "pth": pth, "sitecustomize": custom, "active_at_start_up": bool(seen["armed"]), "through": through,
         "by_import": "off (the env var wins)" if mode == settings.Mode.OFF else "yes: import accelerate_warmup_patch",
+        "python": job, "why_not": table[job]["why"], "interpreters": table, "probed_with": probed_with,
     }
+
+
+def reach_line(active: dict[str, Any]) -> str:
+    """Which interpreters the switch reaches and, for each of the others, why not and what to do."""
+    table = active["interpreters"]
+    yes = [name for name, entry in table.items() if entry["armed"]]
+    no = [f"{name} ({entry['why']})" for name, entry in table.items() if not entry["armed"]]
+    opening = "reaches" if active["probed_with"] == active["env"] else \
+        f"with {settings.ENV_MODE}={active['probed_with']}, it would reach"
+    return f"{opening}: {', '.join(yes) or 'none'}" + (f"; NOT {'; NOT '.join(no)}" if no else "")
 
 
 def multinode(deepspeed: str | None, active: dict[str, Any]) -> dict[str, Any]:
@@ -131,15 +236,18 @@ def _through(active: dict[str, Any]) -> str:
 
 
 def _activity(active: dict[str, Any]) -> str:
-    """The verdict line's second half: whether a new process of this environment runs patched."""
+    """The verdict line's second half: whether a new process of this environment (``python FLAGS``) runs patched."""
+    where = "new processes" + (f" started as `{active['python']}`" if active["python"] != label([]) else "")
     if active["active_at_start_up"]:
-        return f"patch active in new processes ({active['mode']} mode, through {_through(active)}): fixed"
+        return f"patch active in {where} ({active['mode']} mode, through {_through(active)}): fixed"
     if active["mode"] == settings.Mode.OFF:
-        return f"patch NOT active in new processes: {settings.ENV_MODE}=off turns it off; set it to reset"
+        return f"patch NOT active in {where}: {settings.ENV_MODE}=off turns it off; set it to reset"
+    if active["why_not"] is not None:  # asked of that interpreter: setting the variable would not reach it
+        return f"patch NOT active in {where}: {active['why_not']}"
     if active["env"] is not None and active["pth"] is None:
-        return (f"patch NOT active in new processes: {settings.ENV_MODE} is set but {PTH} is not installed in "
+        return (f"patch NOT active in {where}: {settings.ENV_MODE} is set but {PTH} is not installed in "
                 "this environment: pip install the package here")
-    return f"patch NOT active in new processes: set {settings.ENV_MODE}=reset"
+    return f"patch NOT active in {where}: set {settings.ENV_MODE}=reset"
 
 
 def _mode_note(active: dict[str, Any]) -> str:
@@ -244,10 +352,10 @@ def config_section(path: str, lr: float | None, group_lrs: list[float] | None, s
     return section
 
 
-def report(config_args: dict[str, Any] | None = None) -> dict[str, Any]:
+def report(config_args: dict[str, Any] | None = None, python_flags: list[str] | None = None) -> dict[str, Any]:
     versions = {name: releases.installed(name) for name in ("torch", "deepspeed", "accelerate", "transformers")}
     deepspeed, accelerate = versions["deepspeed"], versions["accelerate"]
-    active = activation()
+    active = activation(python_flags)
     section = config_section(deepspeed=deepspeed, **config_args) if config_args else None
     state, line = decide(versions, active, section)
     problems, notes = [], []
@@ -271,9 +379,9 @@ def report(config_args: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def main(as_json: bool = False, strict: bool = False, verbose: bool = False,
-         config_args: dict[str, Any] | None = None) -> int:
+         config_args: dict[str, Any] | None = None, python_flags: list[str] | None = None) -> int:
     try:
-        data = report(config_args)
+        data = report(config_args, python_flags)
     except config.ConfigError as error:
         print(f"accelerate-warmup-patch doctor: error: {error}", file=sys.stderr)
         return 2
@@ -299,8 +407,9 @@ def _print(data: dict[str, Any], verbose: bool) -> None:
             print(f"  {name:15s} {verdict}")
     active = data["activation"]
     at_start = ", ".join(active["through"]) if active["through"] else "no"
-    print(f"A new process: mode {active['mode']}; armed at start-up: {at_start}; "
+    print(f"A new process ({active['python']}): mode {active['mode']}; armed at start-up: {at_start}; "
           f"`import accelerate_warmup_patch`: {active['by_import']}")
+    print(f"Interpreters (each asked): the switch {reach_line(active)}")
     nodes = data["multinode"]
     print(f"Multi-node (deepspeed --hostfile): {'carried' if nodes['carries'] else 'not carried'}: {nodes['why']}")
     if verbose and nodes["runners"]:

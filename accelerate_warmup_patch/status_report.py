@@ -1,21 +1,19 @@
 """``status``: what a process started with this environment would do, never what this command's import did.
 
-``would()`` reads the environment and the installed files, as doctor's activation section does, and
-imports neither torch nor deepspeed. ``live()`` starts such a process, lets it import deepspeed and
+``would()`` asks child interpreters of this environment (``python``, ``-I``, ``-E``, ``-s``, ``-S`` and the
+job's own flags) whether the switch armed them, as doctor's activation section does, and imports neither
+torch nor deepspeed. ``live()`` starts such a process, lets it import deepspeed and
 accelerate, and returns its own ``status()`` (or says that nothing armed it).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from typing import Any
 
 from . import doctor, releases, settings
 
-RESULT = "AWP-STATUS-RESULT "
+RESULT = doctor.RESULT  # the CLI's one way of asking a new process (doctor.start, doctor.answer)
 # the child: the package is in it only if the .pth or sitecustomize imported it (never this code)
 _LIVE = f"""
 import importlib, json, sys
@@ -32,38 +30,41 @@ print({RESULT!r} + json.dumps({{"imported": imported, "status": package.status()
 """
 
 
-def would() -> dict[str, Any]:
-    """The mode and the arming of a new process of this environment; the table's verdicts from metadata."""
-    active = doctor.activation()
+def would(flags: list[str] | None = None) -> dict[str, Any]:
+    """The mode and the arming of a new process of this environment (``python FLAGS``, asked of such an
+    interpreter, as are the other interpreters); the table's verdicts from metadata."""
+    active = doctor.activation(flags)
     deepspeed = releases.installed("deepspeed")
     armed = bool(active["active_at_start_up"])
     return {
         "source": "a new process of this environment (nothing imported)",
+        "python": active["python"],
         "armed": armed,
-        "mode": active["mode"] if armed or active["mode"] == settings.Mode.OFF else "not armed",
+        "mode": active["mode"],
+        "why_not": active["why_not"],
         "through": active["through"],
         "env": active["env"],
         "problem": doctor.env_problem(),
         "by_import": active["by_import"],
+        "interpreters": active["interpreters"],
+        "probed_with": active["probed_with"],
+        "reach": doctor.reach_line(active),
         "versions": {"deepspeed": deepspeed, "accelerate": releases.installed("accelerate")},
         "verdicts": {name: releases.verdict(name, deepspeed) for name in releases.scheduler_classes()}
         if deepspeed else {},
     }
 
 
-def live() -> dict[str, Any]:
-    """Start a process with this environment, import deepspeed and accelerate in it, and return what it says."""
-    proc = subprocess.run([sys.executable, "-c", _LIVE], env=dict(os.environ), capture_output=True, text=True,
-                          timeout=600)
-    line = next((x for x in proc.stdout.splitlines() if x.startswith(RESULT)), None)
-    if line is None:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"source": "a new process of this environment, after importing deepspeed", "armed": None,
-                "error": f"the process failed (exit {proc.returncode}): {last}"}
-    child = json.loads(line[len(RESULT):])
+def live(flags: list[str] | None = None) -> dict[str, Any]:
+    """Start ``python FLAGS`` with this environment, import deepspeed and accelerate in it, return what it says."""
+    flags = list(flags or [])
+    child = doctor.answer(doctor.start(flags, _LIVE, dict(os.environ)))
+    source = "a new process of this environment, after importing deepspeed"
+    if "error" in child:
+        return {"source": source, "python": doctor.label(flags), "armed": None, "error": child["error"]}
     status = child["status"]
     armed = status is not None and status["mode"] != settings.Mode.OFF
-    return {"source": "a new process of this environment, after importing deepspeed", "armed": armed,
+    return {"source": source, "python": doctor.label(flags), "armed": armed,
             "mode": status["mode"] if status else "not armed", "imported": child["imported"], "status": status}
 
 
@@ -71,8 +72,11 @@ def print_text(data: dict[str, Any]) -> None:
     if "error" in data:
         print(f"status: {data['error']}")
         return
-    print(f"{data['source']}:")
-    if data["armed"]:
+    job = "" if data["python"] == doctor.label([]) else f"{data['python']}, "
+    print(f"{job}{data['source']}:")
+    if not data["armed"] and data.get("why_not") and data["mode"] != settings.Mode.OFF:
+        print(f"  {data['python']}: not armed: {data['why_not']}")
+    elif data["armed"]:
         through = f", through {', '.join(data['through'])}" if data.get("through") else ""
         print(f"  armed, mode {data['mode']}{through}")
     elif data["mode"] == settings.Mode.OFF:
@@ -80,6 +84,8 @@ def print_text(data: dict[str, Any]) -> None:
     else:
         print(f"  not armed: runs unpatched unless the script imports accelerate_warmup_patch "
               f"(or set {settings.ENV_MODE}=reset)")
+    if data.get("reach"):
+        print(f"  the switch {data['reach']}")
     if data.get("problem"):
         print(f"  problem: {data['problem']}")
     status = data.get("status")

@@ -166,7 +166,8 @@ def test_status_live_reports_the_process_it_started(value):
 DOCTOR_SCHEMA = {
     "": {"schema", "state", "verdict", "strict_fails", "package", "python", "versions", "verdicts", "activation",
          "multinode", "config", "problems", "notes"},
-    "activation": {"env", "mode", "pth", "sitecustomize", "active_at_start_up", "through", "by_import"},
+    "activation": {"env", "mode", "pth", "sitecustomize", "active_at_start_up", "through", "by_import", "python",
+                   "why_not", "interpreters", "probed_with"},
     "multinode": {"carries", "why", "runners"},
 }
 
@@ -184,3 +185,89 @@ def test_doctor_json_has_the_documented_schema():
 def test_doctor_says_not_affected_for_classes_that_never_had_the_bug():
     data = json.loads(_cli("doctor", "--json").stdout)
     assert data["verdicts"]["OneCycle"] == data["verdicts"]["LRRangeTest"] == "not affected"
+
+
+# which interpreters the switch reaches: asked of the real interpreter, with the job's own flags ------------------
+
+def _reach(data: dict[str, object]) -> dict[str, bool]:
+    return {name: entry["armed"] for name, entry in data["interpreters"].items()}  # type: ignore[attr-defined,index]
+
+
+def test_status_says_which_interpreters_the_switch_reaches():
+    proc = _cli("status", "--json", env={"ACCELERATE_WARMUP_PATCH": "reset"})
+    assert proc.returncode == 0, proc.stderr
+    assert _reach(json.loads(proc.stdout)) == {"python": True, "python -I": True, "python -E": True,
+                                               "python -s": True, "python -S": False}
+    text = _cli("status", env={"ACCELERATE_WARMUP_PATCH": "reset"}).stdout
+    assert "reaches: python, python -I, python -E, python -s" in text, text
+    assert "NOT python -S (site.py does not run" in text and "import accelerate_warmup_patch" in text, text
+
+
+def test_status_with_the_jobs_flags_python_dash_s_is_not_armed():
+    # the review's case: python -S train.py with site-packages on PYTHONPATH never reads the .pth
+    site_packages = next(p for p in sys.path if p.endswith("site-packages"))
+    env = {"ACCELERATE_WARMUP_PATCH": "reset", "PYTHONPATH": site_packages}
+    data = json.loads(_cli("status", "--json", "--python-flags=-S", env=env).stdout)
+    assert data["python"] == "python -S" and data["armed"] is False, data
+    text = _cli("status", "--python-flags=-S", env=env).stdout
+    assert "python -S: not armed" in text and "import accelerate_warmup_patch" in text, text
+    assert "  armed," not in text
+
+
+def test_status_live_runs_the_jobs_interpreter_flags():
+    site_packages = next(p for p in sys.path if p.endswith("site-packages"))
+    env = {"ACCELERATE_WARMUP_PATCH": "reset", "PYTHONPATH": site_packages}
+    data = json.loads(_cli("status", "--live", "--json", "--python-flags=-S", env=env).stdout)
+    assert data["status"] is None and data["armed"] is False and data["python"] == "python -S", data
+    assert data["imported"]["deepspeed"] is True  # it trained: unpatched
+    armed = json.loads(_cli("status", "--live", "--json", "--python-flags=-E", env=env).stdout)
+    assert armed["armed"] is True and armed["status"]["applied_by"] == [".pth"], armed
+
+
+def test_a_target_folder_on_pythonpath_is_not_reached(tmp_path):
+    # what `pip install --target DIR` leaves (checked against a real one): the package, its .pth, its dist-info;
+    # a venv of its own, so that the package is found only there
+    import shutil
+
+    target = tmp_path / "target"
+    shutil.copytree(ROOT / "accelerate_warmup_patch", target / "accelerate_warmup_patch")
+    shutil.copy(ROOT / "accelerate_warmup_patch.pth", target)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    python = tmp_path / "venv" / "bin" / "python"
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(target), "ACCELERATE_WARMUP_PATCH": "reset"}
+    proc = subprocess.run([str(python), "-m", "accelerate_warmup_patch", "status", "--json"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    data = json.loads(proc.stdout)
+    assert data["armed"] is False and not any(_reach(data).values()), data
+    why = data["interpreters"]["python"]["why"]
+    assert f"{target}" in why and "not a site folder" in why and "sitecustomize" in why, why
+
+
+def test_python_flags_that_would_run_something_else_are_a_usage_error():
+    for flags in ("-c pass", "train.py", "-m foo"):
+        proc = _cli("status", f"--python-flags={flags}")
+        assert proc.returncode == 2 and "usage: accelerate-warmup-patch status" in proc.stderr, proc.stderr
+
+
+# a pipe closed early and a typo ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [("doctor", "--json"), ("status", "--json"), ("doctor",), ("status",)])
+def test_output_cut_by_a_closed_pipe_exits_quietly(args):
+    read, write = os.pipe()
+    os.close(read)  # `| head -1` that has already exited: every write meets EPIPE
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")}
+    try:
+        proc = subprocess.run([sys.executable, "-m", "accelerate_warmup_patch", *args], stdout=write,
+                              stderr=subprocess.PIPE, text=True, env={**env, "ACCELERATE_WARMUP_PATCH": "reset"},
+                              timeout=600)
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (141, ""), proc.stderr
+
+
+@pytest.mark.parametrize("command", ["doctor", "status", "demo"])
+def test_a_subcommands_bad_option_prints_that_subcommands_usage(command):
+    proc = _cli(command, "--bogus")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"usage: accelerate-warmup-patch {command} "), proc.stderr
+    assert proc.stderr.rstrip().endswith("error: unrecognized arguments: --bogus"), proc.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -143,8 +144,11 @@ def test_config_on_the_demo_schedule_prints_the_demos_table(tmp_path):
     proc = _cli("doctor", "--config", "ds_config.json", cwd=tmp_path)
     fixed = not releases.lacks("start", "WarmupLR", DEEPSPEED)
     rows = [line.split() for line in proc.stdout.splitlines() if line.strip()[:1].isdigit()]
-    assert rows == [["0", "0" if fixed else "0.001", "0"], ["1", "0", "0"], ["2", "0.0002", "0.0002"],
-                    ["3", "0.0004", "0.0004"]], proc.stdout
+    # warmup_min_lr 0: step mode's column beside reset's (step k uses lr(k))
+    assert rows == [["0", "0" if fixed else "0.001", "0", "0"], ["1", "0", "0", "0.0002"],
+                    ["2", "0.0002", "0.0002", "0.0004"], ["3", "0.0004", "0.0004", "0.0006"]], proc.stdout
+    assert "steps 0 and 1 both run at 0: step 0 changes nothing" in proc.stdout, proc.stdout
+    assert "warmup type linear (the config's)" in proc.stdout, proc.stdout
 
 
 def test_config_auto_values_are_explained_and_the_rest_asked_for(tmp_path):
@@ -196,3 +200,60 @@ def test_an_unreadable_config_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == "accelerate-warmup-patch doctor: error: cannot read missing.json: " \
                                   "No such file or directory"
+
+
+def test_config_without_warmup_type_says_it_uses_deepspeeds_default_log(tmp_path):
+    # the README's table is linear; a block without warmup_type runs DeepSpeed's default, log
+    (tmp_path / "ds_config.json").write_text(json.dumps({"optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+                                                         "scheduler": {"type": "WarmupLR", "params": {
+                                                             "warmup_min_lr": 0, "warmup_max_lr": 1e-3,
+                                                             "warmup_num_steps": 5}}}))
+    proc = _cli("doctor", "--config", "ds_config.json", cwd=tmp_path)
+    assert f"warmup type log (DeepSpeed {DEEPSPEED}'s default: the config gives no warmup_type; " \
+           "linear needs \"warmup_type\": \"linear\")" in proc.stdout, proc.stdout
+    section = _lrs("--config", "ds_config.json", cwd=tmp_path)["config"]
+    assert section["warmup_type"] == {"used": "log", "given": None, "default": "log"}
+    assert section["lrs"]["patched"][2] == pytest.approx([1e-3 * math.log(2) / math.log(5)])
+
+
+@pytest.mark.parametrize("value", [0, -1])
+def test_config_warns_where_a_newer_deepspeed_refuses_warmup_num_steps(tmp_path, value):
+    (tmp_path / "ds_config.json").write_text(json.dumps({"optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+                                                         "scheduler": {"type": "WarmupLR", "params": {
+                                                             "warmup_min_lr": 0, "warmup_max_lr": 1e-3,
+                                                             "warmup_num_steps": value, "warmup_type": "linear"}}}))
+    proc = _cli("doctor", "--config", "ds_config.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    warning = (f"warning: warmup_num_steps={value}: DeepSpeed 0.19.3 and newer (#8126) raise ValueError when "
+               "building WarmupLR (\"warmup_num_steps must be a positive integer\"): set it to 1 or more")
+    assert warning in proc.stdout, proc.stdout
+    refused = releases.parse(DEEPSPEED) >= releases.parse("0.19.3")
+    section = _lrs("--config", "ds_config.json", cwd=tmp_path)["config"]
+    assert any(w.startswith(warning[len("warning: "):]) for w in section["warnings"]), section["warnings"]
+    if refused:  # this release is one of them: no lrs, and the release's own words
+        assert section["lrs"] is None and "ValueError" in section["lrs_not_computed"], section
+    else:
+        assert section["lrs"]["unpatched"][0] == [pytest.approx(1e-3)]
+
+
+def test_config_auto_warmup_num_steps_names_the_fillers_that_pass_0(tmp_path):
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps({"optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "scheduler": {
+        "type": "WarmupLR", "params": {"warmup_num_steps": "auto", "warmup_type": "linear"}}}))
+    section = _lrs("--config", "ds_config.json", cwd=tmp_path)["config"]
+    auto = next(line for line in section["auto"] if line.startswith("warmup_num_steps"))
+    assert "accelerate before 1.15" in auto and "transformers before 5.18" in auto and "0.19.3" in auto, auto
+
+
+def test_strict_fails_where_the_jobs_interpreter_never_reads_the_pth(tmp_path):
+    # python -S train.py, site-packages on PYTHONPATH: the .pth is never read, the job trains unpatched
+    site_packages = next(p for p in sys.path if p.endswith("site-packages"))
+    env = {**ON, "PYTHONPATH": f"{_as_if(tmp_path, '0.15.2')['PYTHONPATH']}{os.pathsep}{site_packages}"}
+    proc = _cli("doctor", "--strict", "--python-flags=-S", env=env)
+    assert proc.stdout.splitlines()[0] == (
+        f"DeepSpeed 0.15.2: AFFECTED ({ALL_THREE}) - patch NOT active in new processes started as `python -S`: "
+        "site.py does not run there (no .pth, no sitecustomize): import accelerate_warmup_patch first in the "
+        "script"), proc.stdout
+    assert proc.returncode == 1
+    plain = _cli("doctor", "--strict", env=env)
+    assert plain.returncode == 0 and "NOT python -S (site.py does not run there" in plain.stdout, plain.stdout
