@@ -68,6 +68,7 @@ class _State:
     deepspeed_version: str | None = None
     accelerate_version: str | None = None
     fixes: int = 0
+    not_fixed: list[str] = field(default_factory=list)  # one line per scheduler the patch had to leave wrong
 
 
 class _Seen:
@@ -99,6 +100,71 @@ _looked = _Seen()  # schedulers step mode has looked at, at their engine's first
 
 # Patching --------------------------------------------------------------------------------
 
+class _Reference:
+    """What a wrapper adds to wrapt's: it pickles, copies and deep-copies as the function it wraps.
+
+    wrapt's proxies refuse all three (``object proxy must define __reduce__()``, wrapt 1.14.1 to 2.x). A
+    function pickles by its module and qualified name, a bound method by its instance and name: unpickled,
+    the name is looked up again, so a process without the patch gets the original and one with it the
+    wrapper. A function copies as itself; a bound method deep-copies as one bound to a copy of its instance.
+    """
+
+    __slots__ = ()
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return _by_reference(self)
+
+    def __reduce__(self) -> Any:
+        return _by_reference(self)
+
+    def __copy__(self) -> Any:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        instance = _bound_to(self)
+        return self if instance is None else getattr(copy.deepcopy(instance, memo), _bound_name(self))
+
+
+class _BoundFunctionWrapper(_Reference, wrapt.BoundFunctionWrapper):  # type: ignore[misc]
+    __slots__ = ()
+
+
+class _FunctionWrapper(_Reference, wrapt.FunctionWrapper):  # type: ignore[misc]
+    __slots__ = ()
+    __bound_function_wrapper__ = _BoundFunctionWrapper
+
+
+def _bound_to(wrapper: Any) -> Any:
+    """The instance (or class) a wrapped method is bound to; None for a function or an unbound method."""
+    instance = getattr(wrapper.__wrapped__, "__self__", None)
+    return None if isinstance(instance, ModuleType) else instance
+
+
+def _bound_name(wrapper: Any) -> str:
+    return str(wrapper.__wrapped__.__name__)
+
+
+def _by_reference(wrapper: Any) -> Any:
+    """pickle's answer for the wrapped callable, as it pickles the original (``save_global``)."""
+    instance = _bound_to(wrapper)
+    if instance is not None:
+        return getattr, (instance, _bound_name(wrapper))
+    owner_path, _, name = wrapper.__qualname__.rpartition(".")
+    if not owner_path:  # a module's function: pickle checks that the module holds this very object
+        return wrapper.__qualname__
+    try:
+        owner: Any = sys.modules[wrapper.__module__]
+        for part in owner_path.split("."):
+            owner = getattr(owner, part)
+    except (KeyError, AttributeError) as error:
+        import pickle
+
+        raise pickle.PicklingError(f"Can't pickle {wrapper!r}: {wrapper.__qualname__} is not found in "
+                                   f"{wrapper.__module__}") from error
+    # a method reached through its class is a new bound wrapper at each lookup: by its class and name
+    return getattr, (owner, name)
+
+
 def _wrap(owner: Any, name: str, wrapper: Callable[..., Any]) -> None:
     for patched in list(state.patched):
         if patched.owner is owner and patched.name == name:
@@ -107,7 +173,7 @@ def _wrap(owner: Any, name: str, wrapper: Callable[..., Any]) -> None:
             state.patched.remove(patched)  # stale (the owner was reloaded): wrap what is there now
     original = vars(owner)[name] if isinstance(owner, type) else getattr(owner, name)
     # no `enabled=` callable: it costs a Python call per call; the wrappers read api.active_mode
-    function_wrapper = wrapt.FunctionWrapper(original, wrapper)
+    function_wrapper = _FunctionWrapper(original, wrapper)
     setattr(owner, name, function_wrapper)
     state.patched.append(_Patched(owner, name, original, function_wrapper))
 
@@ -204,25 +270,30 @@ def _constructor_wrapper(signature: inspect.Signature) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
         if api.active_mode is None or instance is None:
             return wrapped(*args, **kwargs)
-        construction = _capture(signature, instance, args, kwargs)
+        captured = _capture(signature, instance, args, kwargs)
+        # The original has its say first: arguments it refuses raise its own error, and nothing of ours is said.
         result = wrapped(*args, **kwargs)
+        construction = captured if isinstance(captured, schedules.Construction) else None
+        if isinstance(captured, Exception):  # the original took what we could not read: our failure
+            failures.report("capture", f"reading the arguments of {type(instance).__name__}", captured,
+                            "its first-step lr is still fixed; its default peak lr is left as this DeepSpeed sets it")
         # a failed capture has said that the default peak is left alone: no second warning about it
-        settle(instance, construction, "at construction", peak_known=construction is not None)
+        settle(instance, construction, "at construction", peak_known=construction is not None, at_construction=True)
         return result
 
     return wrapper
 
 
-def _capture(signature: inspect.Signature, instance: Any, args: Any, kwargs: Any) -> schedules.Construction | None:
-    """The groups' lrs and whether a peak was given, read before the original __init__ runs."""
+def _capture(signature: inspect.Signature, instance: Any, args: Any,
+             kwargs: Any) -> schedules.Construction | Exception:
+    """The groups' lrs and whether a peak was given, read before the original __init__ runs (it may change
+    them); what went wrong instead, to be reported only if the original accepts these arguments."""
     try:
         bound = signature.bind(instance, *args, **kwargs)
         groups = _torch_optimizer(bound.arguments["optimizer"]).param_groups
         return schedules.Construction(tuple(_lr_copies(groups)), bound.arguments.get("warmup_max_lr") is not None)
     except Exception as error:
-        failures.report("capture", f"reading the arguments of {type(instance).__name__}", error,
-                        "its first-step lr is still fixed; its default peak lr is left as this DeepSpeed sets it")
-        return None
+        return error
 
 
 def _get_lr_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
@@ -242,18 +313,20 @@ def _get_lr_ratio_wrapper(before_start: bool, past_warmup: bool) -> Callable[...
     """WarmupCosineLR.get_lr_ratio, called on every step: what this release lacks is decided once, here."""
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-        if api.active_mode is None or instance is None:
-            return wrapped(*args, **kwargs)
+        if api.active_mode is None or instance is None or args or kwargs:
+            return wrapped(*args, **kwargs)  # it takes no arguments: given some, the original says so itself
         try:
-            if before_start and instance.last_batch_iteration < 0:
-                wrapped(*args, **kwargs)  # the release's warning, as the newest logs it
-                return 0.0
-            if past_warmup and instance.last_batch_iteration >= instance.warmup_num_steps:
-                return schedules.cosine_ratio(instance)
+            before = before_start and instance.last_batch_iteration < 0
+            past = not before and past_warmup and instance.last_batch_iteration >= instance.warmup_num_steps
+            ratio = schedules.cosine_ratio(instance) if past else None
         except Exception as error:
             failures.report("get_lr_ratio", f"get_lr_ratio() of {type(instance).__name__}", error,
                             "get_lr_ratio() returns what this DeepSpeed returns")
-        return wrapped(*args, **kwargs)
+            return wrapped()
+        if before:
+            wrapped()  # the release's warning, as the newest logs it
+            return 0.0
+        return wrapped() if ratio is None else ratio
 
     return wrapper
 
@@ -384,21 +457,29 @@ def _construction_from_config(engine: Any, scheduler: Any) -> schedules.Construc
 
 # The routine -----------------------------------------------------------------------------
 
-def settle(scheduler: Any, construction: schedules.Construction | None, when: str, peak_known: bool = True) -> None:
+def settle(scheduler: Any, construction: schedules.Construction | None, when: str, peak_known: bool = True,
+           at_construction: bool = False) -> None:
     """A fresh scheduler that this release builds otherwise than the newest: build-time behaviour of the
-    newest, once. Anything else is left exactly as the release made it."""
+    newest, once. Anything else is left exactly as the release made it (one built before the patch and
+    resumed without a step is named in a warning: ``_name_unsettled``)."""
     try:
-        _settle(scheduler, construction, when, peak_known)
+        _settle(scheduler, construction, when, peak_known, at_construction)
     except Exception as error:  # runs inside the user's constructor: never break it
         failures.report("start", f"starting {type(scheduler).__name__} where DeepSpeed "
                         f"{releases.BEHAVIOR_REFERENCE} starts it", error,
                         "that scheduler runs exactly as unpatched (this warning is not repeated)")
 
 
-def _settle(scheduler: Any, construction: schedules.Construction | None, when: str, peak_known: bool) -> None:
+def _settle(scheduler: Any, construction: schedules.Construction | None, when: str, peak_known: bool,
+            at_construction: bool) -> None:
     name = schedules.class_name(scheduler)
     version = deepspeed_version()
-    if name is None or not schedules.is_fresh(scheduler) or not releases.built_wrong(name, version):
+    if name is None or not releases.built_wrong(name, version):
+        return
+    if not schedules.is_fresh(scheduler):
+        _settled.add(scheduler)  # decided: a later net says nothing more about it
+        if not at_construction:  # built at a later iteration, the newest release too leaves its lr
+            _name_unsettled(scheduler, name, version)
         return
     _settled.add(scheduler)
     peak: list[bool] = []
@@ -409,6 +490,27 @@ def _settle(scheduler: Any, construction: schedules.Construction | None, when: s
         log.info("%s: %s %s (%s)", name, "; ".join(changes), when, _why(name, version))
     if changes or any(peak):
         state.fixes += 1
+
+
+def _name_unsettled(scheduler: Any, name: str, version: str) -> None:
+    """A scheduler built before the patch and set to a later iteration without a step, on a release that
+    starts it wrong: the newest release writes the start lr for one built fresh and then resumed, and leaves
+    the lr of one built at that iteration. Both look the same now, so its lr is left and the user is told."""
+    optimizer = scheduler.optimizer
+    if not releases.lacks("start", name, version) or getattr(scheduler, "_last_lr", None) is not None or \
+            getattr(optimizer, "state", None):
+        return  # it has stepped, or its optimizer has (or holds restored state): its lr is not the build's
+    iteration = scheduler.last_batch_iteration
+    left = _fmt([g["lr"] for g in optimizer.param_groups])
+    start = _fmt(schedules.lr_before_start(scheduler, name))
+    state.not_fixed.append(f"{name} at iteration {iteration}: built before the patch was applied and resumed "
+                           f"without a step; its lr is left at {left}")
+    log.warn_once(f"unsettled:{id(scheduler)}", "%s was built before the patch was applied and set to iteration %s "
+                  "without a step (load_state_dict, or last_batch_iteration given to it): its lr is left at %s, "
+                  "as DeepSpeed %s set it. DeepSpeed %s starts one built fresh and then resumed at %s, and leaves "
+                  "one built at that iteration as it is; the patch cannot tell which this was. Import "
+                  "accelerate_warmup_patch (or set ACCELERATE_WARMUP_PATCH) before building it",
+                  name, iteration, left, version, releases.BEHAVIOR_REFERENCE, start)
 
 
 def _build_as_newest(scheduler: Any, name: str, construction: schedules.Construction | None, version: str,
