@@ -135,6 +135,7 @@ def status() -> "dict[str, Any]":
         "patched": patched,
         "waiting_for": _waiting_for(_patch),
         "fixes_applied": patch.state.fixes if patch else 0,
+        "not_fixed": list(patch.state.not_fixed) if patch else [],  # schedulers the patch saw and had to leave
         "strict": settings.strict(),
         "versions": {"deepspeed": deepspeed_version, "accelerate": releases.installed("accelerate")},
         "verdicts": {name: releases.verdict(name, deepspeed_version) for name in releases.scheduler_classes()}
