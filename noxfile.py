@@ -1,8 +1,12 @@
 """Sessions for CI and developers; the releases they install come from tests/tiers.py and tests/eras.py.
 
-    nox -s lint tests ci_matrix package    what .ci/run runs
+    nox --parallel 2 -s ci   what .ci/run runs: every session CI needs, two at a time (CI_SESSIONS below)
+    nox -s quick             lint and the core promises on one buggy and one fixed release (minutes)
     nox -s demo [-- 0.14.4]  `accelerate-warmup-patch demo` in a venv, on a buggy DeepSpeed release by default
     nox -s matrix_era        each DeepSpeed minor on the stack of its month (tests/eras.py)
+
+Every session may run beside another (``nox --parallel``): each has its own venv, its own folder for
+DeepSpeed's compiled op and, where it launches ranks or servers, its own block of ports (tests/ports.py).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from accelerate_warmup_patch import releases
 
 sys.path.insert(0, str(Path(__file__).parent / "tests"))
 import eras  # the era stacks: test tooling, not part of the package
+import ports  # the block of ports a session's launches listen on
 import tiers  # the releases each session installs
 
 # This machine sets PYTHONDONTWRITEBYTECODE: then every fresh interpreter compiles torch, deepspeed
@@ -29,6 +34,8 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_venv = "yes"
+# every session has its own venv, op folder and ports (see the docstring): any two may run side by side
+nox.options.allow_parallel = True
 
 
 def _find_links() -> list[str]:
@@ -52,11 +59,22 @@ def _install_stack(session: nox.Session, deepspeed: str, accelerate: str = tiers
     session.install(*links, "--no-build-isolation-package", "deepspeed", f"torch=={tiers.TEST_TORCH}",
                     f"deepspeed=={deepspeed}", *_accelerate_pins(accelerate))
     session.install(*this.split())
-    # the op DeepSpeed compiles on CPU, one cache per release and venv so that releases never mix; a
-    # second venv of the same release recompiles it anyway (ninja's command lines hold the venv's
-    # path), which is why the accelerate tier runs every accelerate release in one venv
-    cache = f"deepspeed-{deepspeed}" if this == "-e ." else f"deepspeed-{deepspeed}-{session.name}"
-    session.env["TORCH_EXTENSIONS_DIR"] = str(Path(".nox", "_torch_extensions", cache).resolve())
+    _own_op_folder(session)
+
+
+def _own_op_folder(session: nox.Session) -> None:
+    """The folder DeepSpeed compiles its CPU comm op into: one per venv. Two venvs never share one, even
+    of the same release: ninja's command lines hold the venv's path, so each would recompile the other's
+    (~1 min each time). The accelerate tier runs every accelerate release in one venv for the same reason."""
+    venv = Path(session.virtualenv.location).name
+    session.env["TORCH_EXTENSIONS_DIR"] = str(Path(".nox", "_torch_extensions", venv).resolve())
+
+
+def _own_ports(session: nox.Session, kind: str, index: int = 0) -> None:
+    """A block of ports for this session's launches and servers (tests/ports.py), apart from any other
+    session's, so that sessions running side by side never take each other's ports."""
+    first_block = {"tests": 0, "quick": 4, "launchers": 8, "matrix_engine": 12, "upstream_suite": 60}[kind]
+    session.env["AWP_PORT_BASE"] = str(20000 + ports.PORTS * (first_block + index))
 
 
 def _accelerate_pins(accelerate: str) -> list[str]:
@@ -70,8 +88,22 @@ def _accelerate_pins(accelerate: str) -> list[str]:
 def tests(session: nox.Session, deepspeed: str) -> None:
     """The suite on real CPU engines with one DeepSpeed release."""
     _install_stack(session, deepspeed)
+    _own_ports(session, "tests", tiers.TEST_DEEPSPEED.index(deepspeed))
     session.install("pytest", "matplotlib")
     session.run("pytest", "-q", "-p", "no:cacheprovider", "--durations=8", *session.posargs,
+                env={"PYTHONUNBUFFERED": "1"})
+
+
+@nox.session(python="3.11", requires=["lint"])
+@nox.parametrize("deepspeed", list(tiers.TEST_DEEPSPEED))
+def quick(session: nox.Session, deepspeed: str) -> None:
+    """The contributor's check, in minutes: lint, then the core promises (tiers.QUICK_TESTS) on real CPU
+    engines of one buggy and one fixed release. Left to .ci/run: the rest of the suite (start-up activation,
+    launchers, roads, the CLI), the real MPI and Slurm launches, the version matrix and the built wheel."""
+    _install_stack(session, deepspeed)
+    _own_ports(session, "quick", tiers.TEST_DEEPSPEED.index(deepspeed))
+    session.install("pytest")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *tiers.QUICK_TESTS, *session.posargs,
                 env={"PYTHONUNBUFFERED": "1"})
 
 
@@ -83,10 +115,9 @@ def launchers(session: nox.Session, deepspeed: str) -> None:
     the test's own and `accelerate launch` across two machine ranks (tests/test_real_launchers.py)."""
     _install_stack(session, deepspeed)
     session.install("pytest", "mpi4py")  # DeepSpeed's ranks under mpirun and srun find their rank through it
-    # this venv's own op cache: the tests venv of the same release would recompile a shared one
-    cache = Path(".nox", "_torch_extensions", f"deepspeed-{deepspeed}-launchers").resolve()
+    _own_ports(session, "launchers", tiers.TEST_DEEPSPEED.index(deepspeed))
     session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_real_launchers.py", *session.posargs,
-                env={"PYTHONUNBUFFERED": "1", "TORCH_EXTENSIONS_DIR": str(cache), "AWP_REAL_LAUNCHES": "1"})
+                env={"PYTHONUNBUFFERED": "1", "AWP_REAL_LAUNCHES": "1"})
 
 
 def _matrix_run(session: nox.Session, tier: str) -> None:
@@ -103,6 +134,7 @@ def matrix_engine(session: nox.Session, deepspeed: str) -> None:
     multi-node runner's real command line (the suite runs them on TEST_DEEPSPEED); on one release of each
     default-peak range whose start is right, the default peak whatever the import order."""
     _install_stack(session, deepspeed)
+    _own_ports(session, "matrix_engine", tiers.ENGINE_TIER.index(deepspeed))
     _matrix_run(session, "engine")
     # the scheduler cases of tests/cases.py on every release, against 0.19.8's golden values
     selected = ["tests/test_cases.py"]
@@ -119,7 +151,17 @@ def matrix_engine(session: nox.Session, deepspeed: str) -> None:
 def matrix_accelerate(session: nox.Session, deepspeed: str) -> None:
     """accelerate tier: every accelerate release (or those named: `-- 0.29.3 1.15.0`) in turn, in one
     venv with one DeepSpeed release, so that DeepSpeed's CPU comm op is compiled once, not per release."""
-    wanted = [arg for arg in session.posargs if arg[:1].isdigit()] or list(tiers.ACCELERATE_TIER)
+    _accelerate_tier(session, deepspeed, [arg for arg in session.posargs if arg[:1].isdigit()]
+                     or list(tiers.ACCELERATE_TIER))
+
+
+@nox.session(python="3.11")
+def ci_accelerate(session: nox.Session) -> None:
+    """The accelerate tier's CI subset: the oldest and newest accelerate on the tier's buggy DeepSpeed."""
+    _accelerate_tier(session, tiers.ACCELERATE_TIER_DEEPSPEED[0], list(tiers.CI_ACCELERATE))
+
+
+def _accelerate_tier(session: nox.Session, deepspeed: str, wanted: list[str]) -> None:
     _install_stack(session, deepspeed, wanted[0])
     failed = []
     for accelerate in wanted:
@@ -157,7 +199,7 @@ def _install_era(session: nox.Session, era: eras.Era) -> None:
     for pin, _ in era.newer:
         session.install(pin)
     session.install("--no-deps", "-e", ".")  # its dependencies are the era's (above)
-    session.env["TORCH_EXTENSIONS_DIR"] = str(Path(".nox", "_torch_extensions", f"era-{era.id}").resolve())
+    _own_op_folder(session)
 
 
 def _interpreter(version: str) -> str:
@@ -179,28 +221,34 @@ def matrix_era(session: nox.Session, era: str) -> None:
     _matrix_run(session, "era")
 
 
-def _notify_all(session: nox.Session, names: list[str], posargs: dict[str, list[str]] | None = None) -> None:
-    for name in names:
-        session.notify(name, [*session.posargs, *(posargs or {}).get(name, [])])
-
-
-@nox.session(python=False)
+@nox.session(python=False, requires=[*(f"matrix_engine(deepspeed='{v}')" for v in tiers.ENGINE_TIER),
+                                      *(f"matrix_accelerate(deepspeed='{d}')" for d in tiers.ACCELERATE_TIER_DEEPSPEED),
+                                      *(f"matrix_scheduler(deepspeed='{v}')" for v in tiers.SCHEDULER_TIER),
+                                      *(f"matrix_era({era.id})" for era in eras.ERAS)])
 def matrix(session: nox.Session) -> None:
-    """Every release of every tier (hours); `-- --write` records each row in matrix/results.json."""
-    _notify_all(session, [f"matrix_engine(deepspeed='{v}')" for v in tiers.ENGINE_TIER]
-                + [f"matrix_accelerate(deepspeed='{d}')" for d in tiers.ACCELERATE_TIER_DEEPSPEED]
-                + [f"matrix_scheduler(deepspeed='{v}')" for v in tiers.SCHEDULER_TIER]
-                + [f"matrix_era({era.id})" for era in eras.ERAS])
+    """Every release of every tier (hours; `nox --parallel 2` runs two at a time); `-- --write` records each row in
+    matrix/results.json (the sessions it requires; nothing of its own)."""
 
 
-@nox.session(python=False)
+# The version matrix's subset CI runs on top of the suite (tests/tiers.py says why each row).
+CI_MATRIX = ([f"matrix_engine(deepspeed='{v}')" for v in tiers.CI_ENGINE] + ["ci_accelerate"]
+             + [f"matrix_scheduler(deepspeed='{v}')" for v in tiers.CI_SCHEDULER]
+             + [f"matrix_era({era})" for era in eras.CI_ERAS])
+# Everything .ci/run runs, longest first, so that two at a time (`nox --parallel 2 -s ci`) end together
+# (each session's time on a new machine: CONTRIBUTING.md). The demo is the README's own command: it runs
+# here so that a fresh machine proves it, and so that a later `nox -s demo` finds its op compiled.
+CI_SESSIONS = [*(f"tests(deepspeed='{v}')" for v in tiers.TEST_DEEPSPEED),
+               *(f"launchers(deepspeed='{v}')" for v in tiers.CI_LAUNCHERS), *CI_MATRIX, "package", "demo", "lint"]
+
+
+@nox.session(python=False, requires=CI_MATRIX)
 def ci_matrix(session: nox.Session) -> None:
-    """The representative subset CI runs on top of `tests`."""
-    accelerate = f"matrix_accelerate(deepspeed='{tiers.ACCELERATE_TIER_DEEPSPEED[0]}')"
-    _notify_all(session, [f"matrix_engine(deepspeed='{v}')" for v in tiers.CI_ENGINE] + [accelerate]
-                + [f"matrix_scheduler(deepspeed='{v}')" for v in tiers.CI_SCHEDULER]
-                + [f"matrix_era({era})" for era in eras.CI_ERAS],
-                {accelerate: list(tiers.CI_ACCELERATE)})
+    """The representative subset of the version matrix CI runs on top of `tests` (the sessions it requires)."""
+
+
+@nox.session(python=False, requires=CI_SESSIONS)
+def ci(session: nox.Session) -> None:
+    """What .ci/run runs: `nox --parallel 2 -s ci` (the sessions it requires; nothing of its own)."""
 
 
 @nox.session(python="3.11")
@@ -224,10 +272,8 @@ def upstream_suite(session: nox.Session) -> None:
     deepspeed, *rest = session.posargs
     _install_stack(session, deepspeed)
     session.install("pytest")
-    # this venv's own op cache: another venv of the same release would recompile the shared one
-    cache = Path(".nox", "_torch_extensions", f"deepspeed-{deepspeed}-{session.name}").resolve()
     session.run("python", "tests/upstream/run_upstream_suite.py", "--python", str(Path(session.bin, "python")),
-                "--torch-extensions-dir", str(cache), *rest, env={"PYTHONUNBUFFERED": "1"})
+                "--torch-extensions-dir", session.env["TORCH_EXTENSIONS_DIR"], *rest, env={"PYTHONUNBUFFERED": "1"})
 
 
 @nox.session(python="3.11")

@@ -44,3 +44,7 @@ TEST_TORCH = "2.13.0"
 TEST_TRANSFORMERS = "5.24.0"  # accelerate 1.x imports transformers when present; pinned, not floated
 TEST_TRANSFORMERS_OLD_ACCELERATE = "4.57.6"  # transformers 5.x requires accelerate >= 1.1
 DEMO_DEEPSPEED = "0.15.2"  # `nox -s demo` shows the bug and its fix on this release by default
+# the real MPI and Slurm launches CI runs (nox -s launchers): the buggy release, where a missed rank shows
+CI_LAUNCHERS = ("0.15.2",)
+# what `nox -s quick` runs on each TEST_DEEPSPEED release: the core promises, on real engines
+QUICK_TESTS = ("tests/test_core.py",)
