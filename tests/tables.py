@@ -126,6 +126,10 @@ def matrix_page(results: dict[str, Row]) -> str:
     lines += _table(["accelerate releases", "signature", "source"],
                     ([str(f.span).replace(releases.NEWEST_DEEPSPEED, releases.NEWEST_ACCELERATE), f"`{f.signature}`",
                       f.source] for f in releases.BACKWARD_SIGNATURES))
+    lines += ["", "Where a DeepSpeed engine takes its optimizer step, and `step` mode looks at the scheduler just "
+              "before the first one:", ""]
+    lines += _table(["DeepSpeed releases", "`DeepSpeedEngine` method", "source"],
+                    ([f.span, f"`{f.method}`", f.source] for f in releases.OPTIMIZER_STEPS))
     lines += ["", "DeepSpeed's multi-node runners, and how each puts an exported variable on every node:", ""]
     lines += _table(["runner", "`--launcher`", "DeepSpeed releases", "per export", "source"],
                     ([f.runner, f.launcher, f.span, f.syntax or "nothing", f.source]

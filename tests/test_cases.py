@@ -112,3 +112,10 @@ def test_applied_after_a_raw_engine_was_built_the_engine_is_still_fixed(patch):
         assert ran["status"]["fixes_applied"] == (1 if differs_unpatched(LATE) else 0)
     elif differs_unpatched(LATE):
         assert ran["results"][LATE] != NEWEST[LATE]
+
+
+def test_the_engine_has_the_optimizer_step_where_step_mode_acts(patched):
+    """The guard table names the method of this release's engine that runs the optimizer step (the version
+    matrix runs this file on every release): it is wrapped, so step mode can look just before the first one."""
+    method = releases.optimizer_step_method(DEEPSPEED)
+    assert f"deepspeed.runtime.engine.DeepSpeedEngine.{method}" in patched["status"]["patched"], patched["status"]
