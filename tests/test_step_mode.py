@@ -70,9 +70,11 @@ def test_step_mode_never_steps_a_scheduler_the_user_has_stepped(step_mode, spec)
     assert _steps(spec, user.lrs[stepped.key])[:-1] == lr_k_at_step_k(spec)
 
 
-def test_step_mode_says_nothing_of_a_step_it_did_not_take(step_mode):
+def test_step_mode_says_it_left_a_scheduler_the_user_has_stepped(step_mode):
     _, user = step_mode
     assert [x for x in user.patch_lines() if STEPPED_ONCE in x] == [], user.stderr[-3000:]
+    left = [x for x in user.patch_lines() if "not stepped before the first optimizer step" in x]
+    assert len(left) == len(ROADS) and all("last_batch_iteration 0" in x for x in left), user.stderr[-3000:]
     assert [x for x in user.patch_lines() if "WARNING" in x] == [], user.stderr[-3000:]
 
 
