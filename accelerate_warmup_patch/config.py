@@ -9,6 +9,7 @@ imports neither torch nor deepspeed: first with the patch removed, then applied 
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -28,8 +29,10 @@ FILLED_BY: dict[str, str] = {
                            "the lr of the DummyOptim your script passes: give it with --lr",
     "warmup_min_lr": "the HF Trainer and accelerate both fill 0",
     "warmup_max_lr": "the HF Trainer and accelerate both fill the optimizer's lr",
-    "warmup_num_steps": "the HF Trainer fills warmup_steps (or warmup_ratio x the run's steps), at least 1; "
-                        "accelerate the DummyScheduler's warmup_num_steps: give it with --set warmup_num_steps=N",
+    "warmup_num_steps": "the HF Trainer fills warmup_steps (or warmup_ratio x the run's steps), accelerate the "
+                        "DummyScheduler's warmup_num_steps (default 0); with no warmup asked, accelerate before 1.15 "
+                        "and transformers before 5.18 fill 0, which DeepSpeed 0.19.3 and newer refuse (ValueError; "
+                        "the newer ones fill at least 1): give it with --set warmup_num_steps=N",
     "total_num_steps": "the HF Trainer fills the run's optimizer steps (max_steps), accelerate the "
                        "DummyScheduler's total_num_steps over the processes: give it with --set total_num_steps=N",
 }
@@ -173,21 +176,25 @@ def compute(scheduler: str, params: dict[str, Any], lr: float, group_lrs: list[f
 
 # The child ----------------------------------------------------------------------------------
 
-def drive(scheduler: str, params: dict[str, Any], lr: float, group_lrs: list[float]) -> list[list[float]]:
+def drive(scheduler: str, params: dict[str, Any], lr: float, group_lrs: list[float],
+          step_first: bool = False) -> tuple[list[list[float]], Any]:
     """Build the class on a throwaway optimizer and run the engine's order: an optimizer step at the
-    groups' lrs (recorded), then scheduler.step()."""
+    groups' lrs (recorded), then scheduler.step(). ``step_first``: step the scheduler once before the first
+    optimizer step, as step mode does to a fresh scheduler. Returns the rows and the scheduler."""
     import torch
     from deepspeed.runtime import lr_schedules
 
     weights = [torch.nn.Parameter(torch.zeros(1)) for _ in group_lrs]
     optimizer = torch.optim.AdamW([{"params": [w], "lr": g} for w, g in zip(weights, group_lrs)], lr=lr)
     built = getattr(lr_schedules, scheduler)(optimizer, **params)
+    if step_first:
+        built.step()
     rows = []
     for _ in range(STEPS):
         rows.append([float(group["lr"]) for group in optimizer.param_groups])
         optimizer.step()  # no gradients: the weights stay, as the lrs are all we read
         built.step()
-    return rows
+    return rows, built
 
 
 def _child(request: dict[str, Any]) -> dict[str, Any]:
@@ -200,21 +207,27 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
     from deepspeed.runtime import lr_schedules
 
     scheduler = request["scheduler"]
-    if not isinstance(getattr(lr_schedules, scheduler, None), type):
+    cls = getattr(lr_schedules, scheduler, None)
+    if not isinstance(cls, type):
         return {"error": f"DeepSpeed {deepspeed.__version__} has no scheduler class {scheduler!r}"}
     args = (scheduler, request["params"], request["lr"], request["group_lrs"])
+    # the release's own default, from its signature (log on every release of the table)
+    parameter = inspect.signature(cls).parameters.get("warmup_type")
+    default = parameter.default if parameter is not None and parameter.default is not inspect.Parameter.empty else None
     try:
         if fresh:
-            return {"deepspeed": deepspeed.__version__, "lrs": drive(*args)}
-        unpatched = drive(*args)
+            return {"deepspeed": deepspeed.__version__, "lrs": drive(*args)[0]}
+        unpatched = drive(*args)[0]
         accelerate_warmup_patch.apply("reset")
         try:
-            patched = drive(*args)
+            patched, built = drive(*args)
+            step_mode = drive(*args, step_first=True)[0]  # step mode: stepped once before the first step
         finally:
             accelerate_warmup_patch.remove()
-    except Exception as error:  # the release's own constructor refuses these params: say so
-        return {"error": f"DeepSpeed {deepspeed.__version__}'s {scheduler} refuses these params: {error!r}"}
-    return {"deepspeed": deepspeed.__version__, "unpatched": unpatched, "patched": patched}
+    except Exception as error:  # the release's own constructor refuses these params: its words, not a crash
+        return {"deepspeed": deepspeed.__version__, "refused": repr(error)}
+    return {"deepspeed": deepspeed.__version__, "unpatched": unpatched, "patched": patched, "step": step_mode,
+            "warmup_type": getattr(built, "warmup_type", None), "default_warmup_type": default}
 
 
 if __name__ == "__main__":

@@ -336,7 +336,8 @@ def config_section(path: str, lr: float | None, group_lrs: list[float] | None, s
     section: dict[str, Any] = {
         "path": path, "via": loaded.via or None, "scheduler": planned.scheduler, "params": planned.params,
         "lr": planned.lr, "group_lrs": planned.group_lrs, "auto": planned.autos, "missing": planned.missing,
-        "lrs": None, "lrs_not_computed": None}
+        "lrs": None, "lrs_not_computed": None, "warmup_type": None,
+        "warnings": _refused_later(planned.scheduler, planned.params)}
     if planned.scheduler is None:
         section["lrs_not_computed"] = "no DeepSpeed scheduler: the lrs are the optimizer's and your scheduler's"
     elif deepspeed is None:
@@ -348,8 +349,32 @@ def config_section(path: str, lr: float | None, group_lrs: list[float] | None, s
         section["lrs_not_computed"] = f"give {' and '.join(planned.missing)} (see the \"auto\" values above)"
     elif run:
         assert planned.lr is not None
-        section["lrs"] = config.compute(planned.scheduler, planned.params, planned.lr, planned.group_lrs)
+        lrs = config.compute(planned.scheduler, planned.params, planned.lr, planned.group_lrs)
+        if "refused" in lrs:
+            section["lrs_not_computed"] = (f"DeepSpeed {lrs['deepspeed']}'s {planned.scheduler} refuses these params: "
+                                           f"{lrs['refused']}")
+        else:
+            if lrs.get("default_warmup_type") is not None:
+                section["warmup_type"] = {"used": lrs.pop("warmup_type"), "given": planned.params.get("warmup_type"),
+                                          "default": lrs.pop("default_warmup_type")}
+            section["lrs"] = {k: v for k, v in lrs.items() if k not in ("warmup_type", "default_warmup_type")}
     return section
+
+
+def _refused_later(scheduler: str | None, params: dict[str, Any]) -> list[str]:
+    """Where a newer DeepSpeed's constructor would raise on these params: the release, its PR and the fix."""
+    if scheduler is None or "warmup_num_steps" not in params:
+        return []
+    value = params["warmup_num_steps"]
+    change = next(c for c in releases.UPSTREAM_CHANGES if c.key == "validation")
+    if value == config.AUTO or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        return []
+    if not any(name.strip() == releases._INHERITS.get(scheduler, scheduler) for name in change.scheduler.split(",")):
+        return []
+    kind = "" if isinstance(value, int) else " (an int)"
+    return [f"warmup_num_steps={value}: DeepSpeed {change.release} and newer ({change.pr}) raise ValueError when "
+            f"building {scheduler} (\"warmup_num_steps must be a positive integer\"): set it to 1 or more{kind}; "
+            f"older releases run it as max(2, warmup_num_steps) steps"]
 
 
 def report(config_args: dict[str, Any] | None = None, python_flags: list[str] | None = None) -> dict[str, Any]:
@@ -438,12 +463,29 @@ def _print_config(section: dict[str, Any], deepspeed: str | None) -> None:
               f"{_lrs(section['group_lrs']) or '?'}")
     for auto in section["auto"]:
         print(f"  {auto}")
+    for warning in section["warnings"]:
+        print(f"  warning: {warning}")
+    kind = section["warmup_type"]
+    if kind is not None:
+        if kind["given"] is None:
+            print(f"  warmup type {kind['used']} (DeepSpeed {deepspeed}'s default: the config gives no warmup_type; "
+                  f"linear needs \"warmup_type\": \"linear\")")
+        elif kind["given"] != kind["used"]:
+            print(f"  warmup type {kind['used']} (the config's {kind['given']!r} is not one DeepSpeed knows)")
+        else:
+            print(f"  warmup type {kind['used']} (the config's)")
     lrs = section["lrs"]
     if lrs is None:
         print(f"  step lrs not computed: {section['lrs_not_computed']}")
         return
+    # warmup_min_lr 0 (or warmup_min_ratio 0): reset runs steps 0 and 1 at 0, as the newest release does
+    wasted = all(lr == 0 for row in lrs["patched"][:2] for lr in row)
+    if wasted:
+        print(f"  steps 0 and 1 both run at 0: step 0 changes nothing (as on DeepSpeed {releases.NEWEST_DEEPSPEED}, "
+              f"whose users report it as a wasted step); step mode ({settings.ENV_MODE}=step) runs step k at lr(k): "
+              "its column below")
     print(f"The lr each optimizer step uses (DeepSpeed {lrs['deepspeed']}'s own {section['scheduler']} on a "
           "throwaway optimizer, in the engine's order):")
-    print(f"  {'step':>4}  {'unpatched':>20}  {'patched':>20}")
-    for step, (before, after) in enumerate(zip(lrs["unpatched"], lrs["patched"])):
-        print(f"  {step:>4}  {_lrs(before):>20}  {_lrs(after):>20}")
+    print(f"  {'step':>4}  {'unpatched':>20}  {'patched (reset)':>20}" + (f"  {'step mode':>20}" if wasted else ""))
+    for step, (before, after, stepped) in enumerate(zip(lrs["unpatched"], lrs["patched"], lrs["step"])):
+        print(f"  {step:>4}  {_lrs(before):>20}  {_lrs(after):>20}" + (f"  {_lrs(stepped):>20}" if wasted else ""))
