@@ -121,7 +121,7 @@ def _reached(probe: dict[str, Any]) -> dict[str, Any]:
     custom = "add a sitecustomize.py there that calls accelerate_warmup_patch.arm_from_environment()"
     folder = probe["location"]
     if not probe["site"]:
-        entry["why"] = f"site.py does not run there (no .pth, no sitecustomize): {explicit}"
+        entry["why"] = f"site.py does not run there, so no .pth and no sitecustomize is read: {explicit}"
     elif folder is None:
         entry["why"] = ("accelerate_warmup_patch cannot be imported there (not on that interpreter's path): install "
                         "it into that interpreter's site-packages")

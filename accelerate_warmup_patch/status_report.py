@@ -81,6 +81,9 @@ def print_text(data: dict[str, Any]) -> None:
         print(f"  armed, mode {data['mode']}{through}")
     elif data["mode"] == settings.Mode.OFF:
         print(f"  not armed: {settings.ENV_MODE}=off")
+    elif data.get("env", os.environ.get(settings.ENV_MODE, "")):  # set, and still nothing armed it
+        print(f"  not armed: {settings.ENV_MODE} is set, but nothing imported the package at start-up: import "
+              "accelerate_warmup_patch first in the script")
     else:
         print(f"  not armed: runs unpatched unless the script imports accelerate_warmup_patch "
               f"(or set {settings.ENV_MODE}=reset)")

@@ -252,8 +252,8 @@ def test_strict_fails_where_the_jobs_interpreter_never_reads_the_pth(tmp_path):
     proc = _cli("doctor", "--strict", "--python-flags=-S", env=env)
     assert proc.stdout.splitlines()[0] == (
         f"DeepSpeed 0.15.2: AFFECTED ({ALL_THREE}) - patch NOT active in new processes started as `python -S`: "
-        "site.py does not run there (no .pth, no sitecustomize): import accelerate_warmup_patch first in the "
-        "script"), proc.stdout
+        "site.py does not run there, so no .pth and no sitecustomize is read: import accelerate_warmup_patch "
+        "first in the script"), proc.stdout
     assert proc.returncode == 1
     plain = _cli("doctor", "--strict", env=env)
     assert plain.returncode == 0 and "NOT python -S (site.py does not run there" in plain.stdout, plain.stdout
