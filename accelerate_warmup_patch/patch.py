@@ -290,7 +290,7 @@ def _capture(signature: inspect.Signature, instance: Any, args: Any,
     them); what went wrong instead, to be reported only if the original accepts these arguments."""
     try:
         bound = signature.bind(instance, *args, **kwargs)
-        groups = _torch_optimizer(bound.arguments["optimizer"]).param_groups
+        groups = schedules.torch_optimizer(bound.arguments["optimizer"]).param_groups
         return schedules.Construction(tuple(_lr_copies(groups)), bound.arguments.get("warmup_max_lr") is not None)
     except Exception as error:
         return error
@@ -329,16 +329,6 @@ def _get_lr_ratio_wrapper(before_start: bool, past_warmup: bool) -> Callable[...
         return wrapped() if ratio is None else ratio
 
     return wrapper
-
-
-def _torch_optimizer(optimizer: Any) -> Any:
-    """What DeepSpeed's schedulers unwrap to (get_torch_optimizer): the torch optimizer itself."""
-    import torch
-
-    if not isinstance(optimizer, torch.optim.Optimizer) and isinstance(getattr(optimizer, "optimizer", None),
-                                                                       torch.optim.Optimizer):
-        return optimizer.optimizer
-    return optimizer
 
 
 # The nets --------------------------------------------------------------------------------

@@ -33,6 +33,17 @@ def class_name(scheduler: object) -> str | None:
     return None
 
 
+def torch_optimizer(optimizer: Any) -> Any:
+    """The torch optimizer a scheduler acts on, as DeepSpeed's schedulers unwrap it (get_torch_optimizer):
+    the optimizer itself, or the torch optimizer a DeepSpeed optimizer wraps (``.optimizer``)."""
+    import torch
+
+    if not isinstance(optimizer, torch.optim.Optimizer) and isinstance(getattr(optimizer, "optimizer", None),
+                                                                       torch.optim.Optimizer):
+        return optimizer.optimizer
+    return optimizer
+
+
 def is_fresh(scheduler: Any) -> bool:
     """True while the scheduler has never stepped: built with last_batch_iteration=-1."""
     return getattr(scheduler, "last_batch_iteration", None) == -1

@@ -324,10 +324,11 @@ CAPTURE_FAULT = """
 import torch
 import accelerate_warmup_patch as awp
 awp.apply()
-from accelerate_warmup_patch import patch
+from accelerate_warmup_patch import schedules
 def broken(optimizer):
     raise RuntimeError("injected fault")
-patch._torch_optimizer = broken  # fault injection: reading the constructor's arguments fails
+# fault injection through the one public seam that reads a scheduler's optimizer: no real run makes it fail
+schedules.torch_optimizer = broken
 from deepspeed.runtime.lr_schedules import WarmupLR
 optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=1e-3)
 WarmupLR(optimizer, warmup_min_lr=0.0, warmup_num_steps=5)
