@@ -138,8 +138,7 @@ def status() -> "dict[str, Any]":
         "not_fixed": list(patch.state.not_fixed) if patch else [],  # schedulers the patch saw and had to leave
         "strict": settings.strict(),
         "versions": {"deepspeed": deepspeed_version, "accelerate": releases.installed("accelerate")},
-        "verdicts": {name: releases.verdict(name, deepspeed_version) for name in releases.scheduler_classes()}
-        if deepspeed_version else {},
+        "verdicts": releases.verdicts(deepspeed_version) if deepspeed_version else {},
     }
 
 

@@ -396,7 +396,7 @@ def report(config_args: dict[str, Any] | None = None, python_flags: list[str] | 
     if state == "untested":
         notes.append(f"DeepSpeed {deepspeed} is newer than the table: `nox -s new_release -- {deepspeed}` in a clone "
                      "checks it")
-    verdicts = {name: releases.verdict(name, deepspeed) for name in releases.scheduler_classes()} if deepspeed else {}
+    verdicts = releases.verdicts(deepspeed) if deepspeed else {}
     return {"schema": SCHEMA, "state": state, "verdict": line, "strict_fails": STATES[state] or bool(problems),
             "versions": versions, "verdicts": verdicts, "activation": active,
             "multinode": multinode(deepspeed, active), "config": section, "problems": problems, "notes": notes,

@@ -455,3 +455,8 @@ def never_affected(scheduler: str) -> bool:
     facts = [f for f in SCHEDULER_STARTS if f.scheduler == scheduler]
     return bool(facts) and all(f.start is Start.SETS_EVERY_GROUP for f in facts) and not any(
         c.backported and c.scheduler == _INHERITS.get(scheduler, scheduler) for c in UPSTREAM_CHANGES)
+
+
+def verdicts(deepspeed_version: str) -> dict[str, str]:
+    """``verdict`` of every scheduler class, in the table's order (``status()``, ``doctor``, ``status``)."""
+    return {name: verdict(name, deepspeed_version) for name in scheduler_classes()}

@@ -50,8 +50,7 @@ def would(flags: list[str] | None = None) -> dict[str, Any]:
         "probed_with": active["probed_with"],
         "reach": doctor.reach_line(active),
         "versions": {"deepspeed": deepspeed, "accelerate": releases.installed("accelerate")},
-        "verdicts": {name: releases.verdict(name, deepspeed) for name in releases.scheduler_classes()}
-        if deepspeed else {},
+        "verdicts": releases.verdicts(deepspeed) if deepspeed else {},
     }
 
 
