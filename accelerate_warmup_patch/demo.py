@@ -6,12 +6,12 @@ and patched, and prints the two trajectories side by side. The test suite drives
 
 from __future__ import annotations
 
-import json
 import os
 import socket
-import subprocess
 import sys
 from typing import Any
+
+from . import child
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -21,7 +21,6 @@ DEMO_PARAMS: dict[str, Any] = {
     "warmup_min_lr": 0.0, "warmup_max_lr": 1e-3, "warmup_num_steps": 5, "warmup_type": "linear"}
 DEMO_SCHEDULER = {"type": "WarmupLR", "params": DEMO_PARAMS}
 DEMO_STEPS = 6
-RESULT = "AWP-DEMO-RESULT "
 
 
 class Recorder:
@@ -53,10 +52,21 @@ def torch_optimizer(engine: Any) -> Any:
 
 
 def innermost_optimizer(optimizer: Any) -> Any:
-    """Unwrap accelerate's and DeepSpeed's optimizer wrappers down to the torch optimizer."""
-    while hasattr(optimizer, "optimizer"):
-        optimizer = optimizer.optimizer
-    return optimizer
+    """Unwrap accelerate's and DeepSpeed's optimizer wrappers down to the torch optimizer that steps.
+
+    One level is DeepSpeed's own rule (``schedules.torch_optimizer``: a ZeRO or fp16 wrapper holds the torch
+    optimizer). The demo also peels accelerate's ``AcceleratedOptimizer``, which is itself a torch optimizer
+    holding the real one (``.optimizer``), where that rule stops.
+    """
+    from . import schedules  # the patch's module: loaded where an engine is, not by importing the demo
+
+    while True:
+        inner = schedules.torch_optimizer(optimizer)
+        if inner is optimizer:  # not a DeepSpeed wrapper: accelerate's, or the torch optimizer itself
+            inner = getattr(optimizer, "optimizer", None)
+        if inner is None:
+            return optimizer
+        optimizer = inner
 
 
 def set_up_single_process() -> None:
@@ -121,7 +131,7 @@ def run_one() -> None:
     rows = train_deepspeed(demo_config(), model, list(model.parameters()), DEMO_STEPS)
     import deepspeed
 
-    print(RESULT + json.dumps({"lrs": [row[0] for row in rows], "deepspeed": deepspeed.__version__}), flush=True)
+    child.emit({"lrs": [row[0] for row in rows], "deepspeed": deepspeed.__version__})
     tear_down()
 
 
@@ -132,19 +142,17 @@ def tear_down() -> None:
         dist.destroy_process_group()  # CPU DeepSpeed can abort at exit without it
 
 
-def _child(mode: str, verbose: bool) -> dict[str, Any]:
+def _run(mode: str, verbose: bool) -> dict[str, Any]:
+    """One run in a fresh interpreter (``run_one()``), armed by the environment in ``mode``."""
     # DS_ACCELERATOR=cpu: the same tiny CPU run on a machine with a GPU (the model and its inputs stay on CPU)
     env = {**os.environ, "ACCELERATE_WARMUP_PATCH": mode, "DS_ACCELERATOR": "cpu"}
     env.pop("ACCELERATE_WARMUP_PATCH_STRICT", None)
-    command = [sys.executable, "-m", "accelerate_warmup_patch.demo"]  # run_one(), in a fresh interpreter
-    proc = subprocess.run(command, env=env, capture_output=True, text=True)
-    if verbose or proc.returncode != 0:
-        sys.stderr.write(proc.stderr)
-    line = next((x for x in proc.stdout.splitlines() if x.startswith(RESULT)), None)
-    if proc.returncode != 0 or line is None:
-        raise SystemExit(f"the {mode} run failed (exit {proc.returncode}); its output is above")
-    result: dict[str, Any] = json.loads(line[len(RESULT):])
-    return result
+    got = child.reply(child.start(["-m", "accelerate_warmup_patch.demo"], env), timeout=None)
+    if verbose or got.returncode != 0:
+        sys.stderr.write(got.stderr)
+    if got.returncode != 0 or got.result is None:
+        raise SystemExit(f"the {mode} run failed (exit {got.returncode}); its output is above")
+    return got.result
 
 
 def newest_release_lrs(steps: int) -> list[float]:
@@ -200,8 +208,8 @@ def main(verbose: bool = False, plot_path: str | None = None) -> int:
     print("Training a tiny model on CPU (DS_ACCELERATOR=cpu) with the installed DeepSpeed, twice (unpatched, "
           "patched).")
     print("The first run on a release builds DeepSpeed's CPU comm op: allow 20-60 s.", flush=True)
-    off = _child("off", verbose)
-    on = _child("reset", verbose)
+    off = _run("off", verbose)
+    on = _run("reset", verbose)
     params = DEMO_PARAMS
     print(f"\nDeepSpeed {off['deepspeed']}, WarmupLR {params['warmup_type']} "
           f"{params['warmup_min_lr']} -> {params['warmup_max_lr']} over {params['warmup_num_steps']} steps")

@@ -3,7 +3,7 @@
 Reads package metadata and files, and asks child interpreters whether the switch arms them (a few tenths
 of a second): it imports neither torch, deepspeed nor accelerate, so it
 is fast enough for an image build step (``doctor --strict``). ``--config`` computes the lrs of a user's
-scheduler in a child interpreter (``config.py``). Opens with one verdict line: the state (``STATES``).
+scheduler in a child interpreter (``doctor_config.py``). Opens with one verdict line: the state (``STATES``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import config, releases, settings
+from . import child, doctor_config, releases, settings
 
 PTH = "accelerate_warmup_patch.pth"
 SCHEMA = 2  # doctor --json's layout (docs/doctor.md); a change that removes or renames a key bumps it
@@ -44,27 +44,15 @@ def sitecustomize_imports_us() -> str | None:
     return spec.origin if "accelerate_warmup_patch" in Path(spec.origin).read_text(errors="replace") else None
 
 
-def env_mode() -> str | None:
-    """The mode a new process takes from ACCELERATE_WARMUP_PATCH (None when unset or blank), read without
-    the warning or the strict-mode error that settings.env_mode() gives a value it does not accept: a new
-    process falls back to the default then, and ``env_problem`` says so."""
-    raw = os.environ.get(settings.ENV_MODE, "")
-    if not raw.strip():
-        return None
-    return settings.lookup(raw) or settings.DEFAULT
-
-
 def env_problem() -> str | None:
     """What is wrong with ACCELERATE_WARMUP_PATCH's value, in words, or None when nothing is."""
-    raw = os.environ.get(settings.ENV_MODE, "")
-    if not raw.strip() or settings.lookup(raw) is not None:
+    if settings.env_setting()[1]:
         return None
+    raw = os.environ[settings.ENV_MODE]
     return (f"{settings.ENV_MODE}={raw!r} is not one of: {settings.ACCEPTED}; a new process warns and runs in "
             f"{settings.DEFAULT} mode (with {settings.ENV_STRICT} set, it stops at start-up): set one of these")
 
 
-# The one way the CLI asks a new process: a child interpreter prints RESULT and a JSON object on one line.
-RESULT = "AWP-STATUS-RESULT "
 # the interpreters every answer covers; the job's own flags (--python-flags) are added to them
 INTERPRETERS: tuple[tuple[str, ...], ...] = ((), ("-I",), ("-E",), ("-s",), ("-S",))
 # the child: only a .pth or a sitecustomize has imported the package before its first line (never this code)
@@ -80,31 +68,14 @@ import importlib.util
 spec = importlib.util.find_spec("accelerate_warmup_patch") if package is None else package.__spec__
 if spec is not None and spec.origin:
     location = os.path.dirname(os.path.dirname(spec.origin))
-print({RESULT!r} + json.dumps({{"status": status, "site": site_ran, "site_folders": folders,
+print({child.RESULT!r} + json.dumps({{"status": status, "site": site_ran, "site_folders": folders,
       "location": location}}), flush=True)
 """
 
 
-def label(flags: list[str] | tuple[str, ...]) -> str:
-    """How the answers name an interpreter: ``python -S``."""
-    return " ".join(["python", *flags])
-
-
-def start(flags: list[str] | tuple[str, ...], code: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    """Start ``python FLAGS -c CODE`` (this interpreter, the job's flags) in ``env``; ``answer`` reads it."""
-    return subprocess.Popen([sys.executable, *flags, "-c", code], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def answer(proc: subprocess.Popen[str], timeout: float = 600) -> dict[str, Any]:
-    """The child's JSON object, or ``{"error": ...}`` with its exit status and last line of stderr."""
-    out, err = proc.communicate(timeout=timeout)
-    line = next((x for x in out.splitlines() if x.startswith(RESULT)), None)
-    if line is None:
-        last = (err.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"the process failed (exit {proc.returncode}): {last}"}
-    result: dict[str, Any] = json.loads(line[len(RESULT):])
-    return result
+def probe(flags: list[str] | tuple[str, ...], env: dict[str, str]) -> subprocess.Popen[str]:
+    """Start ``python FLAGS`` in ``env`` asking it what armed it; ``child.answer`` reads its facts."""
+    return child.start([*flags, "-c", _PROBE], env)
 
 
 def _reached(probe: dict[str, Any]) -> dict[str, Any]:
@@ -137,11 +108,11 @@ def interpreters(flags: list[str]) -> tuple[dict[str, dict[str, Any]], str]:
     """Which interpreters the switch reaches, asked of each (started at once, in parallel), and the value of
     ACCELERATE_WARMUP_PATCH they were started with: the environment's, or reset where it is unset or off."""
     raw = os.environ.get(settings.ENV_MODE, "")
-    value = raw if raw.strip() and env_mode() != settings.Mode.OFF else settings.Mode.RESET
+    value = raw if raw.strip() and settings.env_setting()[0] != settings.Mode.OFF else settings.Mode.RESET
     env = {**os.environ, settings.ENV_MODE: value}
     wanted = list(dict.fromkeys([*INTERPRETERS, tuple(flags)]))
-    started = [(label(f), start(f, _PROBE, env)) for f in wanted]
-    return {name: _reached(answer(proc)) for name, proc in started}, value
+    started = [(child.label(f), probe(f, env)) for f in wanted]
+    return {name: _reached(child.answer(proc)) for name, proc in started}, value
 
 
 def activation(flags: list[str] | None = None) -> dict[str, Any]:
@@ -149,14 +120,14 @@ def activation(flags: list[str] | None = None) -> dict[str, Any]:
     such an interpreter), in which mode, and which other interpreters the switch reaches."""
     flags = list(flags or [])
     raw = os.environ.get(settings.ENV_MODE)
-    mode = env_mode()
+    mode = settings.env_setting()[0]
     pth, custom = pth_installed(), sitecustomize_imports_us()
     table, probed_with = interpreters(flags)
-    job = label(flags)
+    job = child.label(flags)
     if probed_with == raw:
         seen = table[job]
     elif custom:  # the table is what reset would do; ask what this environment does
-        seen = _reached(answer(start(flags, _PROBE, dict(os.environ))))
+        seen = _reached(child.answer(probe(flags, dict(os.environ))))
     else:  # unset, or off: the .pth line imports nothing, or arms nothing
         seen = {"armed": False, "mode": None, "through": [], "why": None}
     through = []
@@ -193,7 +164,7 @@ def multinode(deepspeed: str | None, active: dict[str, Any]) -> dict[str, Any]:
     carries = False
     if level is releases.Support.UNSUPPORTED:
         why = f"DeepSpeed {deepspeed} is older than {releases.DEEPSPEED_FLOOR}: nothing is patched or exported"
-    elif active["env"] is not None and env_mode() == settings.Mode.OFF and active["pth"]:
+    elif active["env"] is not None and settings.env_setting()[0] == settings.Mode.OFF and active["pth"]:
         carries = True  # off patches nothing but the launcher, so that the kill switch reaches every node
         why = (f"{settings.ENV_MODE}=off: nothing is patched, but the deepspeed launcher exports off to every node "
                f"(a line in .deepspeed_env wins over the launching shell)")
@@ -237,7 +208,7 @@ def _through(active: dict[str, Any]) -> str:
 
 def _activity(active: dict[str, Any]) -> str:
     """The verdict line's second half: whether a new process of this environment (``python FLAGS``) runs patched."""
-    where = "new processes" + (f" started as `{active['python']}`" if active["python"] != label([]) else "")
+    where = "new processes" + (f" started as `{active['python']}`" if active["python"] != child.label([]) else "")
     if active["active_at_start_up"]:
         return f"patch active in {where} ({active['mode']} mode, through {_through(active)}): fixed"
     if active["mode"] == settings.Mode.OFF:
@@ -328,10 +299,10 @@ def decide(versions: dict[str, str | None], active: dict[str, Any],
 def config_section(path: str, lr: float | None, group_lrs: list[float] | None, sets: dict[str, float],
                    deepspeed: str | None, run: bool = True) -> dict[str, Any]:
     """``--config``: the scheduler it names, its "auto" values explained, and the lrs of steps 0..3."""
-    loaded = config.load(path)
-    planned = config.plan(loaded, lr, group_lrs, sets)
+    loaded = doctor_config.load(path)
+    planned = doctor_config.plan(loaded, lr, group_lrs, sets)
     if planned.scheduler is not None and planned.scheduler not in releases.scheduler_classes():
-        raise config.ConfigError(f"{path}: scheduler type {planned.scheduler!r} is not one of DeepSpeed's: "
+        raise doctor_config.ConfigError(f"{path}: scheduler type {planned.scheduler!r} is not one of DeepSpeed's: "
                                  f"{', '.join(releases.scheduler_classes())}")
     section: dict[str, Any] = {
         "path": path, "via": loaded.via or None, "scheduler": planned.scheduler, "params": planned.params,
@@ -349,7 +320,7 @@ def config_section(path: str, lr: float | None, group_lrs: list[float] | None, s
         section["lrs_not_computed"] = f"give {' and '.join(planned.missing)} (see the \"auto\" values above)"
     elif run:
         assert planned.lr is not None
-        lrs = config.compute(planned.scheduler, planned.params, planned.lr, planned.group_lrs)
+        lrs = doctor_config.compute(planned.scheduler, planned.params, planned.lr, planned.group_lrs)
         if "refused" in lrs:
             section["lrs_not_computed"] = (f"DeepSpeed {lrs['deepspeed']}'s {planned.scheduler} refuses these params: "
                                            f"{lrs['refused']}")
@@ -367,7 +338,7 @@ def _refused_later(scheduler: str | None, params: dict[str, Any]) -> list[str]:
         return []
     value = params["warmup_num_steps"]
     change = next(c for c in releases.UPSTREAM_CHANGES if c.key == "validation")
-    if value == config.AUTO or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+    if value == doctor_config.AUTO or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
         return []
     if not any(name.strip() == releases._INHERITS.get(scheduler, scheduler) for name in change.scheduler.split(",")):
         return []
@@ -407,7 +378,7 @@ def main(as_json: bool = False, strict: bool = False, verbose: bool = False,
          config_args: dict[str, Any] | None = None, python_flags: list[str] | None = None) -> int:
     try:
         data = report(config_args, python_flags)
-    except config.ConfigError as error:
+    except doctor_config.ConfigError as error:
         print(f"accelerate-warmup-patch doctor: error: {error}", file=sys.stderr)
         return 2
     if as_json:

@@ -84,3 +84,14 @@ def resolve(requested: "str | None") -> str:
     if requested is not None:
         return parse_mode(str(requested), "apply(mode=...)")
     return from_env or DEFAULT
+
+
+def env_setting() -> "tuple[str | None, bool]":
+    """ACCELERATE_WARMUP_PATCH as a new process takes it, read without ``env_mode()``'s warning or strict-mode
+    error: the mode (None when unset or blank; the default for a value not accepted, as a new process falls
+    back to it) and whether the value is accepted (True when unset)."""
+    value = os.environ.get(ENV_MODE, "")
+    if not value.strip():
+        return None, True
+    mode = lookup(value)
+    return (DEFAULT if mode is None else mode), mode is not None

@@ -11,9 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from . import doctor, releases, settings
+from . import child, doctor, releases, settings
 
-RESULT = doctor.RESULT  # the CLI's one way of asking a new process (doctor.start, doctor.answer)
 # the child: the package is in it only if the .pth or sitecustomize imported it (never this code)
 _LIVE = f"""
 import importlib, json, sys
@@ -25,7 +24,7 @@ for name in ("deepspeed", "accelerate.utils.deepspeed"):
     except Exception as error:
         imported[name] = repr(error)
 package = sys.modules.get("accelerate_warmup_patch")
-print({RESULT!r} + json.dumps({{"imported": imported, "status": package.status() if package else None}}),
+print({child.RESULT!r} + json.dumps({{"imported": imported, "status": package.status() if package else None}}),
       flush=True)
 """
 
@@ -57,21 +56,21 @@ def would(flags: list[str] | None = None) -> dict[str, Any]:
 def live(flags: list[str] | None = None) -> dict[str, Any]:
     """Start ``python FLAGS`` with this environment, import deepspeed and accelerate in it, return what it says."""
     flags = list(flags or [])
-    child = doctor.answer(doctor.start(flags, _LIVE, dict(os.environ)))
+    answer = child.answer(child.start([*flags, "-c", _LIVE], dict(os.environ)))
     source = "a new process of this environment, after importing deepspeed"
-    if "error" in child:
-        return {"source": source, "python": doctor.label(flags), "armed": None, "error": child["error"]}
-    status = child["status"]
+    if "error" in answer:
+        return {"source": source, "python": child.label(flags), "armed": None, "error": answer["error"]}
+    status = answer["status"]
     armed = status is not None and status["mode"] != settings.Mode.OFF
-    return {"source": source, "python": doctor.label(flags), "armed": armed,
-            "mode": status["mode"] if status else "not armed", "imported": child["imported"], "status": status}
+    return {"source": source, "python": child.label(flags), "armed": armed,
+            "mode": status["mode"] if status else "not armed", "imported": answer["imported"], "status": status}
 
 
 def print_text(data: dict[str, Any]) -> None:
     if "error" in data:
         print(f"status: {data['error']}")
         return
-    job = "" if data["python"] == doctor.label([]) else f"{data['python']}, "
+    job = "" if data["python"] == child.label([]) else f"{data['python']}, "
     print(f"{job}{data['source']}:")
     if not data["armed"] and data.get("why_not") and data["mode"] != settings.Mode.OFF:
         print(f"  {data['python']}: not armed: {data['why_not']}")

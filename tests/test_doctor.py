@@ -13,7 +13,7 @@ import pytest
 from conftest import GOLDEN, installed
 from harness import SCHEDULERS, Spec, expected_unpatched_first_step
 
-from accelerate_warmup_patch import doctor, releases, settings
+from accelerate_warmup_patch import child, doctor, releases, settings
 
 ROOT = Path(__file__).resolve().parent.parent
 DEEPSPEED = installed("deepspeed")
@@ -180,17 +180,17 @@ def test_config_reached_through_training_arguments_and_an_accelerate_yaml(tmp_pa
 def test_config_remove_and_apply_in_one_child_equal_two_fresh_interpreters(tmp_path):
     request = json.dumps({"scheduler": "WarmupLR", "params": SCHEDULERS["WarmupLR-default-max"]["params"],
                           "lr": 2e-3, "group_lrs": [2e-3, 5e-4]})
-    command = [sys.executable, "-m", "accelerate_warmup_patch.config", request]
+    command = ["-m", "accelerate_warmup_patch.doctor_config", request]  # the seam: --config's own child
 
-    def child(env: dict[str, str]) -> dict[str, object]:
+    def run(env: dict[str, str]) -> dict[str, object]:
         full = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")}
-        proc = subprocess.run(command, env={**full, **env}, capture_output=True, text=True, timeout=600)
-        line = next(x for x in proc.stdout.splitlines() if x.startswith("AWP-CONFIG-RESULT "))
-        return dict(json.loads(line.split(" ", 1)[1]))
+        got = child.reply(child.start(command, {**full, **env}))
+        assert got.result is not None, got.stderr
+        return got.result
 
-    both = child({})
-    assert both["unpatched"] == child({"AWP_CONFIG_FRESH": "1", "ACCELERATE_WARMUP_PATCH": "off"})["lrs"]
-    assert both["patched"] == child({"AWP_CONFIG_FRESH": "1", "ACCELERATE_WARMUP_PATCH": "reset"})["lrs"]
+    both = run({})
+    assert both["unpatched"] == run({"AWP_CONFIG_FRESH": "1", "ACCELERATE_WARMUP_PATCH": "off"})["lrs"]
+    assert both["patched"] == run({"AWP_CONFIG_FRESH": "1", "ACCELERATE_WARMUP_PATCH": "reset"})["lrs"]
     newest = GOLDEN["runs"][Spec(scheduler="WarmupLR-default-max", groups=[2e-3, 5e-4]).key][:4]
     assert both["patched"] == _approx(newest)
 

@@ -3,7 +3,7 @@
 A ds_config JSON, a TrainingArguments JSON whose ``deepspeed`` names one (or holds it), or an accelerate
 config YAML whose ``deepspeed_config.deepspeed_config_file`` names one. The lrs come from the installed
 release's own scheduler class on a throwaway optimizer (no model, no engine), driven in the engine's
-order, in a child interpreter (``python -m accelerate_warmup_patch.config``) so that this process
+order, in a child interpreter (``python -m accelerate_warmup_patch.doctor_config``) so that this process
 imports neither torch nor deepspeed: first with the patch removed, then applied in ``reset`` mode.
 """
 
@@ -12,14 +12,14 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import child
+
 STEPS = 4  # optimizer steps 0..3
-RESULT = "AWP-CONFIG-RESULT "
 AUTO = "auto"
 
 # what fills an "auto" value, per key (transformers' integrations/deepspeed.py trainer_config_process and
@@ -162,13 +162,10 @@ def compute(scheduler: str, params: dict[str, Any], lr: float, group_lrs: list[f
     """The lr of optimizer steps 0..3 per group, unpatched and patched, from the installed release's class."""
     request = json.dumps({"scheduler": scheduler, "params": params, "lr": lr, "group_lrs": group_lrs})
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")}
-    proc = subprocess.run([sys.executable, "-m", "accelerate_warmup_patch.config", request], env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    line = next((x for x in proc.stdout.splitlines() if x.startswith(RESULT)), None)
-    if line is None:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ConfigError(f"computing the lrs failed (exit {proc.returncode}): {last}")
-    result: dict[str, Any] = json.loads(line[len(RESULT):])
+    got = child.reply(child.start(["-m", "accelerate_warmup_patch.doctor_config", request], env), timeout)
+    if got.result is None:
+        raise ConfigError(f"computing the lrs failed {got.failure()}")
+    result = got.result
     if "error" in result:
         raise ConfigError(result["error"])
     return result
@@ -197,7 +194,7 @@ def drive(scheduler: str, params: dict[str, Any], lr: float, group_lrs: list[flo
     return rows, built
 
 
-def _child(request: dict[str, Any]) -> dict[str, Any]:
+def _run_request(request: dict[str, Any]) -> dict[str, Any]:
     import accelerate_warmup_patch
 
     fresh = os.environ.get("AWP_CONFIG_FRESH")  # tests: one run, armed by the environment as in a new process
@@ -231,5 +228,4 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    outcome = _child(json.loads(sys.argv[1]))
-    print(RESULT + json.dumps(outcome), flush=True)
+    child.emit(_run_request(json.loads(sys.argv[1])))
