@@ -149,8 +149,12 @@ def _launch(nodes: dict[str, str], out: Path, port: int, shell: dict[str, str], 
     (job / "hostfile").write_text("localhost slots=1\n127.0.0.1 slots=1\n")
     # what the nodes need besides the switch, the way DeepSpeed documents it
     lines = {"AWP_LAUNCH_OUT": str(out), **deepspeed_env}
-    if os.environ.get("TORCH_EXTENSIONS_DIR"):  # the nox session's per-release op cache
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):  # the nox session's per-venv op folder
         lines["TORCH_EXTENSIONS_DIR"] = os.environ["TORCH_EXTENSIONS_DIR"]
+    # and the venv's PATH: a rank that sshd starts finds Debian's ninja (1.11) on its default PATH, whose
+    # command hashes differ from the venv's ninja (1.13), so it would recompile the op, and the next test
+    # run through the launching shell would recompile it back (seen: minutes per test on a loaded machine)
+    lines["PATH"] = os.environ["PATH"]
     (job / ".deepspeed_env").write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")
            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "AWP_LAUNCH_OUT")}

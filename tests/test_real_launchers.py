@@ -49,7 +49,9 @@ PORTS = itertools.count(29800)  # one rendezvous port per launch: no launch wait
 FIXED = releases.start_fact("WarmupLR", DEEPSPEED).start is releases.Start.SETS_EVERY_GROUP
 WARMUP = [[0.0], [0.0], [0.0002], [0.0004]]  # WarmupLR 0 -> 1e-3 over 5 steps, steps 0-3 (launched.py)
 UNPATCHED_STEP0 = [0.0] if FIXED else [0.001]  # 0.15.2's WarmupLR leaves the optimizer's lr, the peak
-NEEDS = ("AWP_LAUNCH_OUT", "MASTER_PORT", "TORCH_EXTENSIONS_DIR")  # what a rank needs besides the switch
+# what a rank needs besides the switch; PATH for the venv's ninja: with Debian's (1.11, on the default PATH of a
+# rank that sshd or srun --export starts) the op's command hashes differ and every launch would recompile it
+NEEDS = ("AWP_LAUNCH_OUT", "MASTER_PORT", "TORCH_EXTENSIONS_DIR", "PATH")
 # a value that would run something, add a variable or split a list if any runner let it
 HOSTILE = "reset,AWP_INJECTED=1 $(touch {out}/ran) `touch {out}/ran` \"dq\" 'sq' ;x"
 
