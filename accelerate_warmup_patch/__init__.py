@@ -4,7 +4,7 @@
 installed .pth line, when ACCELERATE_WARMUP_PATCH is set, and a sitecustomize that imports the package.
 This module is the whole start-up path of such a process: it records who imported it and waits until
 deepspeed or accelerate is imported (at once if one already is) or the API (``apply``, ``remove``,
-``status``) is first used; then ``api.py`` loads and installs the wrappers.
+``status``) is first used; then ``api.py`` loads and has targets.py install the wrappers.
 
 It waits through the package's one post-import hook, with the standard library alone: a finder, first
 on ``sys.meta_path`` only while a hook is pending, answers for those modules with a loader that calls
@@ -39,19 +39,22 @@ if TYPE_CHECKING:  # typing and importlib cost milliseconds, and only the type c
 __all__ = ["Mode", "PatchError", "SettingsError", "__version__", "apply", "remove", "status"]
 __version__ = "0.3.0"
 
-_API = {"Mode": "settings", "SettingsError": "settings", "PatchError": "failures", "apply": "api",
-        "arm_from_environment": "api", "remove": "api", "status": "api"}
 # the first import of either is the first moment the patch has something to do
 _FRAMEWORKS = ("deepspeed", "accelerate")
 
 
 def __getattr__(name: str) -> object:
-    if name not in _API:
+    """The public names, each loaded at its first use (which arms the patch)."""
+    if name not in ("Mode", "SettingsError", "PatchError", "apply", "arm_from_environment", "remove", "status"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     _arm()
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{_API[name]}"), name)
+    if name in ("Mode", "SettingsError"):
+        from . import settings as module
+    elif name == "PatchError":
+        from . import failures as module  # type: ignore[no-redef]
+    else:
+        from . import api as module  # type: ignore[no-redef]
+    value = getattr(module, name)
     globals()[name] = value  # later lookups skip this function
     return value
 
@@ -72,13 +75,13 @@ def _arm(module: "ModuleType | None" = None) -> None:
             if via != ".pth" or settings.env_mode() is not None:  # the .pth line saw a value, maybe blank
                 api.apply(via=via)
         if not api.armed():
-            api.cancel(_arm)
+            _waiting(_arm, drop=True)
     except Exception as error:
         with _lock:  # not armed: the next framework import or API use tries again (strict mode raises again:
             _importers[:0] = routes  # a framework may swallow what its own import of another one raised)
         from . import failures
 
-        failures.arming_failed(error, routes, module)
+        failures.arming_failed(error, routes, module, _initializing("site"))
 
 
 def _on_import() -> None:
@@ -215,6 +218,25 @@ def _sweep() -> None:
             if sys.modules.get(name) is not module or not _initializing(name):
                 del _ran[name]
         _leave_if_idle()
+
+
+def _waiting(hook: "Hook | None", drop: bool = False) -> "list[str]":
+    """The modules for which ``hook`` waits (None: any hook); with ``drop`` it waits there no more, and with
+    None no importer is left either. What api.py asks of the hook goes through here, never its bookkeeping."""
+    names = []
+    with _lock:
+        for name in list(_hooks):
+            if hook is None or hook in _hooks[name]:
+                names.append(name)
+                if drop and hook is not None:
+                    _hooks[name].remove(hook)  # registered once per module (_when_imported)
+                if drop and (hook is None or not _hooks[name]):
+                    del _hooks[name]
+        if drop:
+            if hook is None:
+                del _importers[:]
+            _leave_if_idle()
+    return names
 
 
 def _leave_if_idle() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from . import _initializing, log, settings
+from . import log, settings
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -29,12 +29,13 @@ def report(key: str, what: str, error: BaseException, consequence: str) -> None:
     log.warn_once(key, "%s failed (%r); %s", what, error, consequence)
 
 
-def arming_failed(error: Exception, routes: list[str], module: ModuleType | None) -> None:
+def arming_failed(error: Exception, routes: list[str], module: ModuleType | None, starting: bool) -> None:
     """Strict: stop the interpreter before the program starts (armed by the .pth or sitecustomize) or
-    raise. Otherwise warn once and let the process run unpatched (``module``: whose import armed it)."""
-    # site.py still running: the interpreter is starting (a program that calls site.addsitedir later is
-    # running, and stopping it from inside a call is not ours to do)
-    if settings.strict() and _initializing("site") and any(via != "import" for via in routes):
+    raise. Otherwise warn once and let the process run unpatched (``module``: whose import armed it).
+
+    ``starting``: site.py still runs, so the interpreter is starting (a program that calls site.addsitedir
+    later is running, and stopping it from inside a call is not ours to do)."""
+    if settings.strict() and starting and any(via != "import" for via in routes):
         _stop_before_the_program(error)
     at = f" at the import of {module.__name__}" if module is not None else ""
     report("arm", f"arming the patch{at}", error, "this process runs unpatched")

@@ -21,7 +21,9 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from . import failures, log, patch, releases, settings
+from . import failures, log, releases, settings, wrapping
+
+MODULE = "deepspeed.launcher.multinode_runner"
 
 CARRIED = (settings.ENV_MODE, settings.ENV_STRICT)
 
@@ -34,22 +36,22 @@ LIST_SEPARATOR = {"slurm": ","}
 
 def patch_runners(module: ModuleType) -> None:
     """Wrap ``MultiNodeRunner.__init__`` of ``deepspeed.launcher.multinode_runner``."""
-    version = patch.deepspeed_version()
+    version = wrapping.deepspeed_version()
     if releases.deepspeed_support(version) is releases.Support.UNSUPPORTED:
-        return  # patch_deepspeed has said, once, that nothing is patched on this release
+        return  # targets.patch_deepspeed has said, once, that nothing is patched on this release
     base = getattr(module, "MultiNodeRunner", None)
     if not isinstance(base, type) or "__init__" not in vars(base):
         failures.report("launcher:base", "finding MultiNodeRunner.__init__", LookupError(
             f"deepspeed.launcher.multinode_runner of DeepSpeed {version} has no MultiNodeRunner.__init__"),
             "ACCELERATE_WARMUP_PATCH is not exported to the other nodes")
         return
-    patch._wrap(base, "__init__", _init_wrapper)
+    wrapping.wrap(base, "__init__", _init_wrapper)
 
 
 def _init_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
     result = wrapped(*args, **kwargs)  # the original first: it creates the exports dict
     original = getattr(wrapped, "__func__", wrapped)  # wrapt hands us the bound method
-    if not any(p.original is original for p in patch.state.patched):
+    if not wrapping.is_wrapped(original):
         return result  # removed, with someone else's wrapper stacked on ours
     try:
         carry(instance)
@@ -66,7 +68,7 @@ def carry(runner: Any) -> dict[str, str]:
     values = {name: os.environ[name] for name in CARRIED if os.environ.get(name, "").strip()}
     if not values:
         return values
-    version = patch.deepspeed_version()
+    version = wrapping.deepspeed_version()
     name = type(runner).__name__
     # by class, through the MRO: a user's subclass of PDSHRunner still goes through a shell
     fact = next(filter(None, (releases.runner_fact(k.__name__, version) for k in type(runner).__mro__)), None)

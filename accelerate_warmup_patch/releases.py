@@ -32,10 +32,12 @@ class MaxLrDefault(enum.Enum):
 
 @dataclass(frozen=True)
 class Span:
-    """An inclusive range of releases; ``last=None`` means "up to the newest release we know"."""
+    """An inclusive range of releases of one framework; ``last=None`` means "up to ``newest``, and on":
+    ``newest`` is the newest release of that framework the table was read at (None: DeepSpeed's)."""
 
     first: str
     last: str | None
+    newest: str | None = None
 
     def contains(self, version: tuple[int, ...]) -> bool:
         if version < parse(self.first):
@@ -43,7 +45,7 @@ class Span:
         return self.last is None or version <= parse(self.last)
 
     def __str__(self) -> str:
-        return f"{self.first} to {self.last or NEWEST_DEEPSPEED}"
+        return f"{self.first} to {self.last or self.newest or NEWEST_DEEPSPEED}"
 
 
 @dataclass(frozen=True)
@@ -136,8 +138,9 @@ WARMUP_MAX_LR_DEFAULTS: tuple[MaxLrFact, ...] = (
 class Change:
     """One change upstream made to the warmup schedulers' lrs since DEEPSPEED_FLOOR.
 
-    ``key`` is what the patch asks about (``lacks``); ``method`` is where the newest release carries it,
-    and what the patch wraps on a release that lacks a backported change."""
+    ``key`` is what the patch asks about (``lacks``, which refuses a key no row has); ``method`` is where
+    the newest release carries it, and what the patch wraps (``backport.WRAPPERS``) on a release that
+    lacks a backported change."""
 
     key: str
     scheduler: str
@@ -204,15 +207,23 @@ UPSTREAM_CHANGES: tuple[Change, ...] = (
 _INHERITS = {"WarmupDecayLR": "WarmupLR"}
 
 
+# the change keys: ``lacks`` refuses any other, so a typo is an error, never a quiet False
+CHANGE_KEYS = frozenset(c.key for c in UPSTREAM_CHANGES)
+
+
 def lacks(key: str, scheduler: str, deepspeed_version: str) -> bool:
-    """True where this release lacks a change the patch backports (``key``) for this scheduler class."""
+    """True where this release lacks a change the patch backports (``key``) for this scheduler class.
+
+    Raises KeyError for a key that is not in ``CHANGE_KEYS``."""
+    if key not in CHANGE_KEYS:
+        raise KeyError(f"no change {key!r} in releases.UPSTREAM_CHANGES (one of {', '.join(sorted(CHANGE_KEYS))})")
     return any(c.key == key for c in missing_backports(scheduler, deepspeed_version))
 
 
-def methods_to_fix(deepspeed_version: str) -> tuple[str, ...]:
-    """``Class.method`` the patch wraps on this release: where a backported change lives and is missing."""
+def methods_to_fix(deepspeed_version: str) -> tuple[tuple[str, str], ...]:
+    """(class, method) the patch wraps on this release: where a backported change lives and is missing."""
     parsed = parse(deepspeed_version)
-    wanted = [c.target for c in UPSTREAM_CHANGES if c.backported and parsed < parse(c.release)
+    wanted = [(c.scheduler, c.method) for c in UPSTREAM_CHANGES if c.backported and parsed < parse(c.release)
               and start_fact(c.scheduler, deepspeed_version) is not None]  # the class exists on this release
     return tuple(dict.fromkeys(wanted))
 
@@ -337,11 +348,11 @@ ACCELERATE_CPU_FLOOR = "0.29.0"  # older releases force nccl and cuda devices fo
 
 _ACC = "src/accelerate/utils/deepspeed.py"
 BACKWARD_SIGNATURES: tuple[BackwardFact, ...] = (
-    BackwardFact(Span("0.10.0", "0.16.0"), "backward(self, loss)",
+    BackwardFact(Span("0.10.0", "0.16.0", NEWEST_ACCELERATE), "backward(self, loss)",
                  f"{_ACC} @ v0.10.0..v0.16.0: wraps self.engine, then engine.backward + engine.step"),
-    BackwardFact(Span("0.17.0", "1.7.0"), "backward(self, loss, **kwargs)",
+    BackwardFact(Span("0.17.0", "1.7.0", NEWEST_ACCELERATE), "backward(self, loss, **kwargs)",
                  f"{_ACC} @ v0.17.0..v1.7.0"),
-    BackwardFact(Span("1.8.0", None), "backward(self, loss, sync_gradients=True, **kwargs)",
+    BackwardFact(Span("1.8.0", None, NEWEST_ACCELERATE), "backward(self, loss, sync_gradients=True, **kwargs)",
                  f"{_ACC} @ v1.8.0..v1.15.0: engine.step() only when sync_gradients"),
 )
 
@@ -376,10 +387,7 @@ def start_fact(scheduler: str, deepspeed_version: str) -> StartFact | None:
     parsed = parse(deepspeed_version)
     for fact in SCHEDULER_STARTS:
         if fact.scheduler == scheduler and fact.span.contains(parsed):
-            return fact
-    if parsed > parse(NEWEST_DEEPSPEED):  # untested release: assume the newest row still holds
-        newest = [f for f in SCHEDULER_STARTS if f.scheduler == scheduler and f.span.last is None]
-        return newest[0] if newest else None
+            return fact  # an untested release falls in the newest row (last=None): it is assumed to hold
     return None
 
 

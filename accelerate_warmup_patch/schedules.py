@@ -1,28 +1,23 @@
-"""Knowledge of DeepSpeed's schedulers: what the newest release's methods return where older ones differ.
+"""Reading and writing a DeepSpeed scheduler: its class, fresh or not, its lrs, and the one change routine.
 
-The reference is the release in ``releases.BEHAVIOR_REFERENCE``. Nothing here mutates a scheduler
-except ``write``, which writes the groups' lrs the way the running release itself writes them.
+What the newest release's methods return where older ones differ is in backport.py; the reference is
+``releases.BEHAVIOR_REFERENCE``. Nothing here mutates a scheduler except ``write``, which writes the
+groups' lrs the way the running release itself writes them, and ``change``, which restores what an
+action changed when it fails.
 """
 
 from __future__ import annotations
 
-import math
+import copy
 import sys
-from dataclasses import dataclass
+import weakref
+from collections.abc import Callable
 from typing import Any
 
-from . import releases
+from . import failures, releases
 
 SCHEDULES_MODULE = "deepspeed.runtime.lr_schedules"
 KNOWN = releases.scheduler_classes()
-
-
-@dataclass(frozen=True)
-class Construction:
-    """What a WarmupLR saw when it was built: its groups' lrs (None: unknown) and whether a peak was given."""
-
-    group_lrs: tuple[Any, ...] | None
-    max_lr_given: bool
 
 
 def class_name(scheduler: object) -> str | None:
@@ -49,37 +44,25 @@ def is_fresh(scheduler: Any) -> bool:
     return getattr(scheduler, "last_batch_iteration", None) == -1
 
 
-def lr_before_start(scheduler: Any, name: str) -> list[Any]:
-    """What the newest release's get_lr() returns before the first step (lr_schedules.py @ v0.19.8)."""
-    if name == "WarmupCosineLR":
-        return [0.0 for _ in scheduler.org_lrs]
-    return scheduler.min_lrs  # type: ignore[no-any-return]  # the list itself, as the newest returns it
+class Seen:
+    """Objects seen, by id (a scheduler may be unhashable), forgotten when they die. An object without
+    __weakref__ is not remembered: its id could be reused by a newer object while it is recorded."""
 
+    def __init__(self) -> None:
+        self.ids: set[int] = set()  # a set of ints: `id(x) in seen.ids` runs on every backward
 
-def cosine_ratio(scheduler: Any) -> float:
-    """WarmupCosineLR.get_lr_ratio() past the warmup, as 0.19.3 and later compute it (PR #8142)."""
-    real_last_step = scheduler.last_batch_iteration - scheduler.warmup_num_steps + 1
-    real_total_steps = max(1, scheduler.total_num_steps - scheduler.warmup_num_steps)
-    cosine_progress = min(1.0, real_last_step / real_total_steps)
-    ratio_delta = 1. - scheduler.cos_min_ratio
-    ratio = (1 + math.cos(math.pi * cosine_progress)) / 2
-    return max(0.0, float(scheduler.cos_min_ratio + ratio_delta * ratio))
+    def __contains__(self, obj: object) -> bool:
+        return id(obj) in self.ids
 
-
-def newest_max_lrs(scheduler: Any, construction: Construction) -> list[Any] | None:
-    """WarmupLR's peak lrs as the newest release picks them when none was given: each group's own lr.
-
-    None when nothing is to change: a peak was given, or the release already picked the same.
-    Raises LookupError when no peak was given but the groups' lrs at construction are unknown.
-    """
-    if construction.max_lr_given:
-        return None
-    if construction.group_lrs is None:
-        raise LookupError("the groups' lrs at construction are unknown")
-    newest = list(construction.group_lrs)
-    if [lr_value(v) for v in scheduler.max_lrs] == [lr_value(v) for v in newest]:
-        return None
-    return newest
+    def add(self, obj: object) -> None:
+        key = id(obj)
+        if key in self.ids:
+            return
+        try:
+            weakref.finalize(obj, self.ids.discard, key)
+        except TypeError:
+            return
+        self.ids.add(key)
 
 
 def lr_value(lr: Any) -> float:
@@ -97,3 +80,52 @@ def write(groups: list[dict[str, Any]], lrs: list[Any], deepspeed_version: str) 
     for group, lr in zip(groups, lrs):
         group["lr"] = lr  # what step() does on these releases
     return [group["lr"] for group in groups]
+
+
+def fmt(values: list[Any]) -> str:
+    """Lrs for a log line: ``[0.001, 0.0005]``, floats and tensors alike."""
+    return "[" + ", ".join(repr(lr_value(v)) for v in values) + "]"
+
+
+def change(scheduler: Any, key: str, what: str, action: Callable[[], object], consequence: str,
+           all_groups: bool = False) -> list[str] | None:
+    """The one way the patch changes a scheduler: snapshot, act, restore on error and report; returns the
+    groups' lr changes (every group's with ``all_groups``), or None when it failed and restored."""
+    saved = None
+    try:
+        groups = scheduler.optimizer.param_groups
+        saved = _snapshot(scheduler, groups)
+        before = [lr_value(g["lr"]) for g in groups]
+        action()
+        after = [lr_value(g["lr"]) for g in groups]
+    except Exception as error:
+        if saved is not None:
+            _restore(scheduler, groups, saved)
+        failures.report(key, what, error, consequence)
+        return None
+    return [f"group {i} lr {old!r} -> {new!r}" for i, (old, new) in enumerate(zip(before, after))
+            if all_groups or old != new]
+
+
+_Snapshot = tuple[dict[str, Any], list[Any], list[Any]]
+
+
+def _snapshot(scheduler: Any, groups: list[dict[str, Any]]) -> _Snapshot:
+    """The scheduler's attributes, and each group's lr object with a copy of its value (a tensor lr may be
+    filled in place by the release's step)."""
+    return copy.copy(vars(scheduler)), [g["lr"] for g in groups], lr_copies(groups)
+
+
+def lr_copies(groups: list[dict[str, Any]]) -> list[Any]:
+    """Each group's lr as it is now: a tensor lr is cloned, since a release may change it in place."""
+    return [g["lr"].clone() if hasattr(g["lr"], "clone") else g["lr"] for g in groups]
+
+
+def _restore(scheduler: Any, groups: list[dict[str, Any]], saved: _Snapshot) -> None:
+    attributes, objects, values = saved
+    vars(scheduler).clear()
+    vars(scheduler).update(attributes)
+    for group, lr, value in zip(groups, objects, values):
+        if hasattr(lr, "copy_") and hasattr(value, "shape"):
+            lr.copy_(value)
+        group["lr"] = lr

@@ -124,7 +124,7 @@ def matrix_page(results: dict[str, Row]) -> str:
     lines += _changes_table()
     lines += ["", "accelerate's `DeepSpeedEngineWrapper.backward`, which the patch wraps:", ""]
     lines += _table(["accelerate releases", "signature", "source"],
-                    ([str(f.span).replace(releases.NEWEST_DEEPSPEED, releases.NEWEST_ACCELERATE), f"`{f.signature}`",
+                    ([f.span, f"`{f.signature}`",
                       f.source] for f in releases.BACKWARD_SIGNATURES))
     lines += ["", "Where a DeepSpeed engine takes its optimizer step, and `step` mode looks at the scheduler just "
               "before the first one:", ""]

@@ -71,6 +71,12 @@ def differs_unpatched(name: str) -> bool:
     return shown is not None and releases.lacks(*shown, DEEPSPEED)
 
 
+def test_an_unknown_change_key_is_an_error_not_false():
+    with pytest.raises(KeyError, match="no change 'strat'"):
+        releases.lacks("strat", "WarmupLR", DEEPSPEED)
+    assert {"start", "default_peak", "get_lr_before_start", "ratio_past_warmup"} <= releases.CHANGE_KEYS
+
+
 def test_every_case_shows_a_change_of_the_guard_table():
     assert set(SHOWS) == set(NEWEST)
     for shown in filter(None, SHOWS.values()):

@@ -1,0 +1,258 @@
+"""THE FIX: what the newest DeepSpeed release does where older ones differ, done where upstream did it.
+
+Each function below backports one row (or two) of ``releases.UPSTREAM_CHANGES``, the guard table, which
+says which release first carries it and whether this release lacks it (``releases.lacks``). targets.py
+wraps, on a release that lacks a change, the scheduler method that carries it upstream (``WRAPPERS``):
+
+- ``__init__`` (``settle`` after the original has run, at the same depth as upstream's fix):
+  the start lr (PR #6597 WarmupLR, #7969 WarmupCosineLR), the default peak (#7360, #8171), an unknown
+  warmup_type (#8151);
+- ``get_lr`` before the first step (#6597, #7969): ``lr_before_start``;
+- ``get_lr_ratio`` of WarmupCosineLR: 0.0 before the first step (#7969), past the warmup 0.19.3's
+  formula (#8142): ``cosine_ratio``.
+
+nets.py calls ``settle`` too, for a scheduler built before the patch was applied. Every lr is written
+the way the running release writes it (``schedules.write``), every change goes through
+``schedules.change``, and every failure through ``failures.report``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import failures, log, releases, schedules, wrapping
+
+# schedulers whose build-time behaviour the patch has decided on: one try each
+settled = schedules.Seen()
+
+
+@dataclass(frozen=True)
+class Construction:
+    """What a WarmupLR saw when it was built: its groups' lrs (None: unknown) and whether a peak was given."""
+
+    group_lrs: tuple[Any, ...] | None
+    max_lr_given: bool
+
+
+# The newest release's formulas (lr_schedules.py @ v0.19.8) ----------------------------------------
+
+def lr_before_start(scheduler: Any, name: str) -> list[Any]:
+    """get_lr() before the first step: min_lrs (PR #6597), WarmupCosineLR 0.0 per group (#7969)."""
+    if name == "WarmupCosineLR":
+        return [0.0 for _ in scheduler.org_lrs]
+    return scheduler.min_lrs  # type: ignore[no-any-return]  # the list itself, as the newest returns it
+
+
+def cosine_ratio(scheduler: Any) -> float:
+    """WarmupCosineLR.get_lr_ratio() past the warmup, as 0.19.3 and later compute it (PR #8142)."""
+    real_last_step = scheduler.last_batch_iteration - scheduler.warmup_num_steps + 1
+    real_total_steps = max(1, scheduler.total_num_steps - scheduler.warmup_num_steps)
+    cosine_progress = min(1.0, real_last_step / real_total_steps)
+    ratio_delta = 1. - scheduler.cos_min_ratio
+    ratio = (1 + math.cos(math.pi * cosine_progress)) / 2
+    return max(0.0, float(scheduler.cos_min_ratio + ratio_delta * ratio))
+
+
+def newest_max_lrs(scheduler: Any, construction: Construction) -> list[Any] | None:
+    """WarmupLR's peak lrs when none was given: each group's own lr (PR #8171; #7360 took group 0's).
+
+    None when nothing is to change: a peak was given, or the release already picked the same.
+    Raises LookupError when no peak was given but the groups' lrs at construction are unknown.
+    """
+    if construction.max_lr_given:
+        return None
+    if construction.group_lrs is None:
+        raise LookupError("the groups' lrs at construction are unknown")
+    newest = list(construction.group_lrs)
+    if [schedules.lr_value(v) for v in scheduler.max_lrs] == [schedules.lr_value(v) for v in newest]:
+        return None
+    return newest
+
+
+# The newest constructor's behaviour, after this release's ----------------------------------------
+
+def settle(scheduler: Any, construction: Construction | None, when: str, peak_known: bool = True,
+           at_construction: bool = False) -> None:
+    """A fresh scheduler that this release builds otherwise than the newest: build-time behaviour of the
+    newest, once. Anything else is left exactly as the release made it (one built before the patch and
+    resumed without a step is named in a warning: ``_name_unsettled``)."""
+    try:
+        _settle(scheduler, construction, when, peak_known, at_construction)
+    except Exception as error:  # runs inside the user's constructor: never break it
+        failures.report("settle", f"deciding how to start {type(scheduler).__name__} as DeepSpeed "
+                        f"{releases.BEHAVIOR_REFERENCE} starts it", error,
+                        "that scheduler runs exactly as unpatched (this warning is not repeated)")
+
+
+def _settle(scheduler: Any, construction: Construction | None, when: str, peak_known: bool,
+            at_construction: bool) -> None:
+    name = schedules.class_name(scheduler)
+    version = wrapping.deepspeed_version()
+    if name is None or not releases.built_wrong(name, version):
+        return
+    settled.add(scheduler)  # decided: a later net says nothing more about it
+    if not schedules.is_fresh(scheduler):
+        if not at_construction:  # built at a later iteration, the newest release too leaves its lr
+            _name_unsettled(scheduler, name, version)
+        return
+    peak: list[bool] = []
+    changes = schedules.change(
+        scheduler, "start", f"starting {name} where DeepSpeed {releases.BEHAVIOR_REFERENCE} starts it",
+        lambda: peak.append(_build_as_newest(scheduler, name, construction, version, peak_known)),
+        "that scheduler runs exactly as unpatched (this warning is not repeated)")
+    if changes:
+        log.info("%s: %s %s (%s)", name, "; ".join(changes), when, _why(name, version))
+    if changes or any(peak):
+        wrapping.state.fixes += 1
+
+
+def _build_as_newest(scheduler: Any, name: str, construction: Construction | None, version: str,
+                     peak_known: bool) -> bool:
+    """What the newest constructor does after this release's: returns whether the peak changed."""
+    if releases.lacks("unknown_warmup_type", name, version) and scheduler.warmup_type not in ("log", "linear"):
+        from deepspeed.utils import logger  # DeepSpeed's own words, as 0.19.4+ logs them (PR #8151)
+
+        logger.warning(f"Using unknown warmup_type: {scheduler.warmup_type}. The increasing function "
+                       f"is set to default (log)")
+        scheduler.warmup_type = "log"
+    peak = peak_known and releases.lacks("default_peak", name, version) and \
+        _backport_default_peak(scheduler, name, construction, version)
+    if releases.lacks("start", name, version):  # the newest constructor's last line, asking the instance
+        scheduler._last_lr = schedules.write(scheduler.optimizer.param_groups, scheduler.get_lr(), version)
+    return peak
+
+
+def _backport_default_peak(scheduler: Any, name: str, construction: Construction | None, version: str) -> bool:
+    """WarmupLR without a warmup_max_lr peaks at each group's own lr on the newest release (PR #8171)."""
+    try:
+        if construction is None:
+            raise LookupError("whether it was given a warmup_max_lr is unknown")
+        new_max = newest_max_lrs(scheduler, construction)
+    except LookupError as unknown:
+        log.warn_once(f"peak-unknown:{id(scheduler)}", "%s was built before the patch was applied (%s): its "
+                      "peak lr is left at %s; DeepSpeed %s would use each group's own lr if none was given",
+                      name, unknown, schedules.fmt(list(scheduler.max_lrs)), releases.BEHAVIOR_REFERENCE)
+        return False
+    if new_max is None:
+        return False
+    old_max = list(scheduler.max_lrs)
+    scheduler.max_lrs = new_max
+    scheduler.delta_lrs = [big - small for big, small in zip(new_max, scheduler.min_lrs)]
+    log.warn_once(f"peak:{id(scheduler)}", "%s: no warmup_max_lr was given: peak lr %s -> %s (each group's own "
+                  "lr, the default of DeepSpeed %s; DeepSpeed %s's default is %s)", name, schedules.fmt(old_max),
+                  schedules.fmt(new_max), releases.BEHAVIOR_REFERENCE, version,
+                  releases.warmup_max_lr_default(version).value)
+    return True
+
+
+def _name_unsettled(scheduler: Any, name: str, version: str) -> None:
+    """A scheduler built before the patch and set to a later iteration without a step, on a release that
+    starts it wrong: the newest release writes the start lr for one built fresh and then resumed, and leaves
+    the lr of one built at that iteration. Both look the same now, so its lr is left and the user is told."""
+    optimizer = scheduler.optimizer
+    if not releases.lacks("start", name, version) or getattr(scheduler, "_last_lr", None) is not None or \
+            getattr(optimizer, "state", None):
+        return  # it has stepped, or its optimizer has (or holds restored state): its lr is not the build's
+    iteration = scheduler.last_batch_iteration
+    left = schedules.fmt([g["lr"] for g in optimizer.param_groups])
+    start = schedules.fmt(lr_before_start(scheduler, name))
+    wrapping.state.not_fixed.append(f"{name} at iteration {iteration}: built before the patch was applied and "
+                                    f"resumed without a step; its lr is left at {left}")
+    log.warn_once(f"unsettled:{id(scheduler)}", "%s was built before the patch was applied and set to iteration %s "
+                  "without a step (load_state_dict, or last_batch_iteration given to it): its lr is left at %s, "
+                  "as DeepSpeed %s set it. DeepSpeed %s starts one built fresh and then resumed at %s, and leaves "
+                  "one built at that iteration as it is; the patch cannot tell which this was. Import "
+                  "accelerate_warmup_patch (or set ACCELERATE_WARMUP_PATCH) before building it",
+                  name, iteration, left, version, releases.BEHAVIOR_REFERENCE, start)
+
+
+def _why(name: str, version: str) -> str:
+    fact = releases.start_fact(name, version)
+    if fact is None or fact.start is releases.Start.SETS_EVERY_GROUP:
+        return f"DeepSpeed {version}"
+    return f"DeepSpeed {version} {fact.start.value}"
+
+
+# The wrappers of the scheduler methods that carry a change upstream --------------------------------
+
+def _constructor(original: Callable[..., Any], version: str) -> Callable[..., Any]:
+    """The wrapper of one scheduler class's ``__init__``: the original first, then ``settle``."""
+    signature = inspect.signature(original)
+
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
+        if wrapping.mode is None or instance is None:
+            return wrapped(*args, **kwargs)
+        captured = _capture(signature, instance, args, kwargs)
+        # The original has its say first: arguments it refuses raise its own error, and nothing of ours is said.
+        result = wrapped(*args, **kwargs)
+        construction = captured if isinstance(captured, Construction) else None
+        if isinstance(captured, Exception):  # the original took what we could not read: our failure
+            failures.report("capture", f"reading the arguments of {type(instance).__name__}", captured,
+                            "its first-step lr is still fixed; its default peak lr is left as this DeepSpeed sets it")
+        # a failed capture has said that the default peak is left alone: no second warning about it
+        settle(instance, construction, "at construction", peak_known=construction is not None, at_construction=True)
+        return result
+
+    return wrapper
+
+
+def _capture(signature: inspect.Signature, instance: Any, args: Any, kwargs: Any) -> Construction | Exception:
+    """The groups' lrs and whether a peak was given, read before the original __init__ runs (it may change
+    them); what went wrong instead, to be reported only if the original accepts these arguments."""
+    try:
+        bound = signature.bind(instance, *args, **kwargs)
+        groups = schedules.torch_optimizer(bound.arguments["optimizer"]).param_groups
+        return Construction(tuple(schedules.lr_copies(groups)), bound.arguments.get("warmup_max_lr") is not None)
+    except Exception as error:
+        return error
+
+
+def _get_lr(original: Callable[..., Any], version: str) -> Callable[..., Any]:
+    return _get_lr_wrapper
+
+
+def _get_lr_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
+    result = wrapped(*args, **kwargs)  # before the first step it logs the release's warning, as the newest does
+    if wrapping.mode is None or instance is None:
+        return result
+    try:
+        if instance.last_batch_iteration < 0:
+            return lr_before_start(instance, schedules.class_name(instance) or "")
+    except Exception as error:
+        failures.report("get_lr", f"get_lr() of {type(instance).__name__} before its first step", error,
+                        "get_lr() returns what this DeepSpeed returns")
+    return result
+
+
+def _get_lr_ratio(original: Callable[..., Any], version: str) -> Callable[..., Any]:
+    """WarmupCosineLR.get_lr_ratio, called on every step: what this release lacks is decided once, here."""
+    before_start = releases.lacks("ratio_before_start", "WarmupCosineLR", version)
+    past_warmup = releases.lacks("ratio_past_warmup", "WarmupCosineLR", version)
+
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
+        if wrapping.mode is None or instance is None or args or kwargs:
+            return wrapped(*args, **kwargs)  # it takes no arguments: given some, the original says so itself
+        try:
+            before = before_start and instance.last_batch_iteration < 0
+            past = not before and past_warmup and instance.last_batch_iteration >= instance.warmup_num_steps
+            ratio = cosine_ratio(instance) if past else None
+        except Exception as error:
+            failures.report("get_lr_ratio", f"get_lr_ratio() of {type(instance).__name__}", error,
+                            "get_lr_ratio() returns what this DeepSpeed returns")
+            return wrapped()
+        if before:
+            wrapped()  # the release's warning, as the newest logs it
+            return 0.0
+        return wrapped() if ratio is None else ratio
+
+    return wrapper
+
+
+# method -> its wrapper's maker, given the original and the running release (targets.py wraps with it)
+WRAPPERS: dict[str, Callable[[Callable[..., Any], str], Callable[..., Any]]] = {
+    "__init__": _constructor, "get_lr": _get_lr, "get_lr_ratio": _get_lr_ratio,
+}

@@ -1,0 +1,75 @@
+"""What the patch wraps in deepspeed and accelerate on this release, each right after its module's import.
+
+``PATCHERS`` maps each module api.py waits for to the function that patches it: deepspeed's hook reaches
+its submodules itself (deepspeed/__init__.py has imported them by then, and only then is
+deepspeed.__version__, which decides what is wrapped, set). Below a table's floor nothing is wrapped, and
+that is said once; above its newest release, that is said once too.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from types import ModuleType
+
+from . import backport, failures, launcher, log, nets, releases, schedules, wrapping
+
+
+def patch_deepspeed(module: ModuleType) -> None:
+    """Everything on DeepSpeed's side, decided by its release: below the table's floor, nothing."""
+    version = str(getattr(module, "__version__", "0"))
+    wrapping.state.deepspeed_version = version
+    if not _supported("ds", "DeepSpeed", version, releases.deepspeed_support(version), releases.DEEPSPEED_FLOOR,
+                      releases.NEWEST_DEEPSPEED, "nothing is patched",
+                      "; it has every change the patch backports, so only step mode acts"):
+        return
+    lr_schedules = sys.modules[schedules.SCHEDULES_MODULE]  # deepspeed/__init__.py imported both
+    engine_class = sys.modules["deepspeed.runtime.engine"].DeepSpeedEngine
+    for class_name, method in releases.methods_to_fix(version):  # the fix: backport.py
+        cls = getattr(lr_schedules, class_name)
+        wrapping.wrap(cls, method, backport.WRAPPERS[method](vars(cls)[method], version))
+    wrapping.wrap(module, "initialize", nets.initialize_wrapper)
+    wrapping.wrap(engine_class, "load_checkpoint", nets.load_checkpoint_wrapper(vars(engine_class)["load_checkpoint"]))
+    optimizer_step = releases.optimizer_step_method(version)
+    if optimizer_step is not None and optimizer_step in vars(engine_class):
+        wrapping.wrap(engine_class, optimizer_step, nets.optimizer_step_wrapper)
+    else:  # an untested release that moved it: reset mode is whole, step mode has no moment to act
+        failures.report("optimizer-step", f"finding DeepSpeedEngine.{optimizer_step}, where step mode acts",
+                        LookupError(f"DeepSpeed {version} has no DeepSpeedEngine.{optimizer_step}"),
+                        "step mode steps no scheduler; everything else applies")
+
+
+def patch_accelerate(module: ModuleType) -> None:
+    """accelerate's backward, a net for DeepSpeed engines: only where DeepSpeed itself is patched."""
+    if releases.deepspeed_support(wrapping.deepspeed_version()) is releases.Support.UNSUPPORTED:
+        return  # deepspeed's own hook says why, once
+    version = str(getattr(sys.modules.get("accelerate"), "__version__", "0"))
+    level = releases.accelerate_support(version)
+    engine_wrapper = getattr(module, "DeepSpeedEngineWrapper", None)
+    if level is not releases.Support.UNSUPPORTED and (engine_wrapper is None or "backward" not in vars(engine_wrapper)):
+        raise LookupError(f"accelerate {version} has no DeepSpeedEngineWrapper.backward")
+    if _supported("acc", "accelerate", version, level, releases.ACCELERATE_FLOOR, releases.NEWEST_ACCELERATE,
+                  "its DeepSpeedEngineWrapper.backward is not patched (DeepSpeed's side still is)", ""):
+        wrapping.wrap(engine_wrapper, "backward", nets.backward_wrapper)
+
+
+def _supported(key: str, framework: str, version: str, level: releases.Support, floor: str, newest: str,
+               skipped: str, untested: str) -> bool:
+    """False below the table's floor; said once, as is a release newer than the table's newest."""
+    if level is releases.Support.UNSUPPORTED:
+        log.warn_once(f"{key}-floor", "%s %s is older than %s, the oldest release this patch knows; %s",
+                      framework, version, floor, skipped)
+        return False
+    if level is releases.Support.UNTESTED:
+        log.warn_once(f"{key}-untested", "%s %s is newer than %s, the newest release this patch was tested on%s",
+                      framework, version, newest, untested)
+    return True
+
+
+# module name -> what patches it, right after its import; api.py calls it, undoes and reports what it raises
+# (api.WAITS_FOR names the same modules, without loading this one)
+PATCHERS: dict[str, Callable[[ModuleType], None]] = {
+    "deepspeed": patch_deepspeed,
+    "accelerate.utils.deepspeed": patch_accelerate,
+    launcher.MODULE: launcher.patch_runners,
+}
