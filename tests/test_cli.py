@@ -235,8 +235,9 @@ def test_a_target_folder_on_pythonpath_is_not_reached(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
     python = tmp_path / "venv" / "bin" / "python"
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(target), "ACCELERATE_WARMUP_PATCH": "reset"}
+    # cwd: `python -m` puts the working directory first on sys.path, and pytest's is the checkout itself
     proc = subprocess.run([str(python), "-m", "accelerate_warmup_patch", "status", "--json"], env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     data = json.loads(proc.stdout)
     assert data["armed"] is False and not any(_reach(data).values()), data
     why = data["interpreters"]["python"]["why"]
