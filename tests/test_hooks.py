@@ -339,7 +339,7 @@ print(optimizer.param_groups[0]["lr"])
 """
 
 
-@pytest.mark.skipif("WarmupLR.__init__" not in releases.methods_to_fix(installed("deepspeed")),
+@pytest.mark.skipif(("WarmupLR", "__init__") not in releases.methods_to_fix(installed("deepspeed")),
                     reason="this release's WarmupLR constructor needs no fix: nothing is captured")
 def test_a_failed_argument_capture_says_truthfully_that_the_first_step_fix_still_applies():
     proc = run_python(CAPTURE_FAULT)
