@@ -1,9 +1,9 @@
 """Sessions for CI and developers; the releases they install come from tests/tiers.py and tests/eras.py.
 
-    nox --parallel 2 -s ci   what .ci/run runs: every session CI needs, two at a time (CI_SESSIONS below)
-    nox -s quick             lint and the core promises on one buggy and one fixed release (minutes)
-    nox -s demo [-- 0.14.4]  `accelerate-warmup-patch demo` in a venv, on a buggy DeepSpeed release by default
-    nox -s matrix_era        each DeepSpeed minor on the stack of its month (tests/eras.py)
+    nox --parallel 2 -s ci      what .ci/run runs: every session CI needs, two at a time (CI_SESSIONS below)
+    nox --parallel 2 -s quick   lint and the core promises on one buggy and one fixed release (about 3 min)
+    nox -s demo [-- 0.14.4]     `accelerate-warmup-patch demo` in a venv, on a buggy DeepSpeed release by default
+    nox -s matrix_era           each DeepSpeed minor on the stack of its month (tests/eras.py)
 
 Every session may run beside another (``nox --parallel``): each has its own venv, its own folder for
 DeepSpeed's compiled op and, where it launches ranks or servers, its own block of ports (tests/ports.py).
