@@ -148,8 +148,7 @@ def step_before_first_optimizer_step(engine: Any, scheduler: Any) -> None:
     scheduler that is still fresh is stepped, once; one that user code (or a checkpoint) has stepped is left."""
     try:
         _looked.add(scheduler)
-        if scheduler not in backport.settled:  # built before the patch, on a road no net saw
-            backport.settle(scheduler, _construction_from_config(engine, scheduler), "before the first optimizer step")
+        prepare_first_step(engine)  # built before the patch, on a road no net saw: settled as every net settles
         _step_once(scheduler)
     except Exception as error:  # runs inside the user's optimizer step: never break it
         failures.report("step-net", "stepping the scheduler before the first optimizer step", error,
