@@ -36,6 +36,8 @@ nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_venv = "yes"
 # every session has its own venv, op folder and ports (see the docstring): any two may run side by side
 nox.options.allow_parallel = True
+# Debian's ccache: a c++ there that compiles through the cache (_own_op_folder)
+CCACHE_WRAPPERS = "/usr/lib/ccache"
 
 
 def _find_links() -> list[str]:
@@ -63,11 +65,19 @@ def _install_stack(session: nox.Session, deepspeed: str, accelerate: str = tiers
 
 
 def _own_op_folder(session: nox.Session) -> None:
-    """The folder DeepSpeed compiles its CPU comm op into: one per venv. Two venvs never share one, even
-    of the same release: ninja's command lines hold the venv's path, so each would recompile the other's
-    (~1 min each time). The accelerate tier runs every accelerate release in one venv for the same reason."""
-    venv = Path(session.virtualenv.location).name
-    session.env["TORCH_EXTENSIONS_DIR"] = str(Path(".nox", "_torch_extensions", venv).resolve())
+    """The folder DeepSpeed compiles its CPU comm op into, inside the session's venv, and ccache, so that
+    the compile (~1 min, once per venv) runs once per DeepSpeed source instead (CI's 13 venvs hold 6).
+
+    Two venvs never share the folder: ninja's command lines hold the venv's path, so each would rebuild
+    the other's. ccache's base_dir makes those paths relative to the folder, the same in every venv of
+    the envdir, and the compiles of another venv with the same sources and torch are cache hits. ccache
+    is wrapped in only where it is installed (.ci/run installs it); elsewhere each venv compiles."""
+    venv = Path(session.virtualenv.location).resolve()
+    session.env["TORCH_EXTENSIONS_DIR"] = str(venv / "torch_extensions")
+    if Path(CCACHE_WRAPPERS, "c++").exists():  # torch compiles with `c++` from PATH: ccache's wrapper first
+        session.env["PATH"] = os.pathsep.join([CCACHE_WRAPPERS, os.environ.get("PATH", os.defpath)])
+        session.env["CCACHE_DIR"] = str(venv.parent / "_ccache")
+        session.env["CCACHE_BASEDIR"] = str(venv.parent)
 
 
 def _own_ports(session: nox.Session, kind: str, index: int = 0) -> None:
