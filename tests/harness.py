@@ -1,8 +1,10 @@
 """Real DeepSpeed and accelerate training loops on CPU that record the lr each optimizer step used.
 
 Used in-process by the tests and as a subprocess runner (``python tests/harness.py SPEC...``) for
-the cases that need a fresh interpreter: import order, start-up activation, accelerate's global
-state. Every scenario is a tiny real model, a real engine, real optimizer steps.
+the cases that need a fresh process: import order, start-up activation, accelerate's global state
+(run_specs forks most runs from a server that has imported torch and transformers alone, and starts a new
+interpreter for those whose environment acts at start-up: tests/fresh_process.py).
+Every scenario is a tiny real model, a real engine, real optimizer steps.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import era_shims
+import fresh_process
 
 HERE = Path(__file__).parent
 GOLDEN = json.loads((HERE / "golden.json").read_text())
@@ -346,10 +349,10 @@ class Ran:
 
 
 def run_specs(*specs: Spec, env: dict[str, str] | None = None, check: bool = True) -> Ran:
-    """Run the specs in a fresh interpreter of this venv; its results keyed by scenario."""
+    """Run the specs in a fresh process of this venv (tests/fresh_process.py); its results keyed by scenario."""
     full_env = {**os.environ, **(env or {})}
-    args = [sys.executable, str(HERE / "harness.py"), *(json.dumps(asdict(s)) for s in specs)]
-    proc = subprocess.run(args, env=full_env, capture_output=True, text=True, timeout=900, cwd=HERE)
+    args = [str(HERE / "harness.py"), *(json.dumps(asdict(s)) for s in specs)]
+    proc = fresh_process.run(args, full_env, cwd=str(HERE), timeout=900)
     ran = Ran(proc)
     # a CPU DeepSpeed process can abort in C++ teardown after its results are printed ("terminate called
     # without an active exception", seen once in the whole matrix): the results are complete, keep them
