@@ -1,7 +1,8 @@
 """Scheduler cases beyond the golden trajectories: each returns what the user sees, as JSON.
 
-Run in a fresh interpreter (``python tests/cases.py [--patch] NAME...``) so that each run decides
-whether the patch is applied; ``golden_cases.json`` holds what DeepSpeed 0.19.8 gives unpatched.
+Run in a fresh process (``python tests/cases.py [--patch] NAME...``; the tests fork it:
+tests/fresh_process.py) so that each run decides whether the patch is applied; ``golden_cases.json``
+holds what DeepSpeed 0.19.8 gives unpatched.
 Real schedulers and real engines on CPU; no fakes.
 """
 

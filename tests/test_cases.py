@@ -7,9 +7,9 @@ release lacks the change a case shows, it gives something else unpatched, so eac
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import os
 
+import fresh_process
 import pytest
 from conftest import HERE, installed
 
@@ -46,8 +46,8 @@ TOGETHER = [name for name in SHOWS if name != LATE]
 
 
 def run_cases(*names: str, patch: bool) -> dict:
-    args = [sys.executable, str(HERE / "cases.py"), *names, *(["--patch"] if patch else [])]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=HERE)
+    args = [str(HERE / "cases.py"), *names, *(["--patch"] if patch else [])]
+    proc = fresh_process.run(args, dict(os.environ), cwd=str(HERE), timeout=900)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert proc.returncode == 0 and line, proc.stderr[-4000:]
     return {**json.loads(line[len("RESULT "):]), "stderr": proc.stderr}
