@@ -36,8 +36,6 @@ nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_venv = "yes"
 # every session has its own venv, op folder and ports (see the docstring): any two may run side by side
 nox.options.allow_parallel = True
-# Debian's ccache: a c++ there that compiles through the cache (_own_op_folder)
-CCACHE_WRAPPERS = "/usr/lib/ccache"
 
 
 def _find_links() -> list[str]:
@@ -65,19 +63,18 @@ def _install_stack(session: nox.Session, deepspeed: str, accelerate: str = tiers
 
 
 def _own_op_folder(session: nox.Session) -> None:
-    """The folder DeepSpeed compiles its CPU comm op into, inside the session's venv, and ccache, so that
-    the compile (~1 min, once per venv) runs once per DeepSpeed source instead (CI's 13 venvs hold 6).
+    """The folder DeepSpeed compiles its CPU comm op into, inside the session's venv, and ccache's settings,
+    so that the compile (~1 min) runs once per DeepSpeed source and torch, not once per venv.
 
     Two venvs never share the folder: ninja's command lines hold the venv's path, so each would rebuild
-    the other's. ccache's base_dir makes those paths relative to the folder, the same in every venv of
-    the envdir, and the compiles of another venv with the same sources and torch are cache hits. ccache
-    is wrapped in only where it is installed (.ci/run installs it); elsewhere each venv compiles."""
+    the other's. torch 2.13 compiles through ccache where ccache is on PATH (.ci/run installs it); its
+    base_dir, the envdir, makes those paths relative to the folder, the same in every venv, so the compile
+    of another venv with the same sources is a cache hit. The tests carry both variables to the ranks they
+    launch over ssh, MPI and Slurm. Without ccache each venv compiles."""
     venv = Path(session.virtualenv.location).resolve()
     session.env["TORCH_EXTENSIONS_DIR"] = str(venv / "torch_extensions")
-    if Path(CCACHE_WRAPPERS, "c++").exists():  # torch compiles with `c++` from PATH: ccache's wrapper first
-        session.env["PATH"] = os.pathsep.join([CCACHE_WRAPPERS, os.environ.get("PATH", os.defpath)])
-        session.env["CCACHE_DIR"] = str(venv.parent / "_ccache")
-        session.env["CCACHE_BASEDIR"] = str(venv.parent)
+    session.env["CCACHE_DIR"] = str(venv.parent / "_ccache")
+    session.env["CCACHE_BASEDIR"] = str(venv.parent)
 
 
 def _own_ports(session: nox.Session, kind: str, index: int = 0) -> None:

@@ -15,6 +15,10 @@ sys.path.insert(0, str(HERE))
 
 from harness import GOLDEN, Ran, Spec, run_specs  # noqa: E402,F401
 
+# the nox session's compiler cache (noxfile.py's _own_op_folder): a rank that ssh, MPI or Slurm starts has only
+# the variables its test carries, and without these it compiles DeepSpeed's op again (a minute or more)
+CCACHE = ("CCACHE_DIR", "CCACHE_BASEDIR")
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _temp_files_in_pytests_own_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
