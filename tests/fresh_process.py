@@ -34,19 +34,26 @@ PRELOAD = ("torch", "transformers")
 READ_AT_START = ("ACCELERATE_WARMUP_PATCH", "PYTHON")
 
 _server: dict[str, Any] = {}  # the server process, and the start-up variables it started with
+_lock = threading.Lock()
 
 
 def run(argv: Sequence[str], env: Mapping[str, str], cwd: str, timeout: float) -> subprocess.CompletedProcess[str]:
     """``python ARGV`` in ``cwd`` with exactly ``env``, as ``subprocess.run(..., capture_output=True,
     text=True)`` returns it."""
     command = [sys.executable, *argv]
-    if not _may_fork(env):
-        return subprocess.run(command, env=dict(env), capture_output=True, text=True, timeout=timeout, cwd=cwd)
-    with tempfile.TemporaryDirectory() as folder:
+    server = _server.get("process") if _may_fork(env) else None
+    if server is None or server.poll() is not None:  # no server for this run, or it ended
+        return _new_interpreter(command, env, cwd, timeout)
+    with _lock, tempfile.TemporaryDirectory() as folder:  # one run at a time per server
         out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
-        server = _server["process"]
-        _send(server.stdin, {"argv": list(argv), "env": dict(env), "cwd": cwd, "out": out, "err": err})
-        pid = int(server.stdout.readline())
+        try:
+            _send(server.stdin, {"argv": list(argv), "env": dict(env), "cwd": cwd, "out": out, "err": err})
+            answer = server.stdout.readline()
+        except BrokenPipeError:
+            answer = ""
+        if not answer:  # the server ended (its error went to this process's stderr)
+            return _new_interpreter(command, env, cwd, timeout)
+        pid = int(answer)
         timed_out = threading.Event()
         killer = threading.Timer(timeout, _kill, (pid, timed_out))
         killer.start()
@@ -56,6 +63,11 @@ def run(argv: Sequence[str], env: Mapping[str, str], cwd: str, timeout: float) -
             raise subprocess.TimeoutExpired(command, timeout)
         with open(out) as stdout, open(err) as stderr:
             return subprocess.CompletedProcess(command, returncode, stdout.read(), stderr.read())
+
+
+def _new_interpreter(command: list[str], env: Mapping[str, str], cwd: str,
+                     timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, env=dict(env), capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
 def _kill(pid: int, timed_out: threading.Event) -> None:
@@ -95,7 +107,8 @@ def _serve() -> None:
     # forked run does not need (DataLoader workers fork after the same import)
     warnings.filterwarnings("ignore", message=".*multi-threaded.*fork", category=DeprecationWarning)
     for name in PRELOAD:
-        __import__(name)
+        with contextlib.suppress(ImportError):  # not in every venv (the scheduler tier has no transformers)
+            __import__(name)
     for line in sys.stdin:
         request = json.loads(line)
         pid = os.fork()

@@ -2,7 +2,7 @@
 
     python tests/matrix.py engine|accelerate|scheduler|era [--results matrix/results.json] [--suggest]
 
-Runs every matrix scenario unpatched and patched (each in a fresh interpreter), then checks:
+Runs every matrix scenario unpatched and patched (each in a fresh process: tests/fresh_process.py), then checks:
 - the guard table: the first optimizer step unpatched, per scheduler class and param group, is what
   ``releases.py`` claims for this release, and so is WarmupLR's default peak lr;
 - the patch: the whole patched trajectory equals the newest release's (``golden.json``).
