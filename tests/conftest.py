@@ -15,9 +15,12 @@ sys.path.insert(0, str(HERE))
 
 from harness import GOLDEN, Ran, Spec, run_specs  # noqa: E402,F401
 
-# the nox session's compiler cache (noxfile.py's _own_op_folder): a rank that ssh, MPI or Slurm starts has only
-# the variables its test carries, and without these it compiles DeepSpeed's op again (a minute or more)
-CCACHE = ("CCACHE_DIR", "CCACHE_BASEDIR")
+
+def session_ccache() -> dict[str, str]:
+    """The nox session's compiler cache settings (noxfile.py's _own_op_folder), where it has them: a rank that
+    ssh, MPI or Slurm starts has only the variables its test carries, and without these it compiles
+    DeepSpeed's op again (a minute or more)."""
+    return {name: os.environ[name] for name in ("CCACHE_DIR", "CCACHE_BASEDIR") if os.environ.get(name)}
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -41,7 +41,7 @@ def run(argv: Sequence[str], env: Mapping[str, str], cwd: str, timeout: float) -
     """``python ARGV`` in ``cwd`` with exactly ``env``, as ``subprocess.run(..., capture_output=True,
     text=True)`` returns it."""
     command = [sys.executable, *argv]
-    server = _server.get("process") if _may_fork(env) else None
+    server = _server_for(env)
     if server is None or server.poll() is not None:  # no server for this run, or it ended
         return _new_interpreter(command, env, cwd, timeout)
     with _lock, tempfile.TemporaryDirectory() as folder:  # one run at a time per server
@@ -76,17 +76,18 @@ def _kill(pid: int, timed_out: threading.Event) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def _may_fork(env: Mapping[str, str]) -> bool:
+def _server_for(env: Mapping[str, str]) -> subprocess.Popen[str] | None:
+    """The server a run with ``env`` may fork from (started at the first such run), or None."""
     if os.environ.get("AWP_FRESH_INTERPRETERS") == "1" or not hasattr(os, "fork"):
-        return False
+        return None
     if not _server:
         started_with = _read_at_start(os.environ)
         if any(name.startswith("ACCELERATE_WARMUP_PATCH") for name in started_with):
-            return False  # the server's own .pth line would arm the patch in every run
+            return None  # the server's own .pth line would arm the patch in every run
         process = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    text=True, cwd=os.path.dirname(os.path.abspath(__file__)))
         _server.update(process=process, started_with=started_with)
-    return _read_at_start(env) == _server["started_with"]
+    return _server["process"] if _read_at_start(env) == _server["started_with"] else None
 
 
 def _read_at_start(env: Mapping[str, str]) -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import textwrap
 from pathlib import Path
@@ -21,8 +22,6 @@ def _script(tmp_path: Path, body: str) -> str:
 
 
 def _run(script: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    import os
-
     return fresh_process.run([script, "an argument"], {**os.environ, **(env or {})}, str(HERE), timeout)
 
 
@@ -53,7 +52,7 @@ def test_a_forked_run_exits_and_reports_as_an_interpreter_does(tmp_path: Path) -
     raises = _run(_script(tmp_path, "raise ValueError('boom')\n"))
     assert raises.returncode == 1 and raises.stderr.rstrip().endswith("ValueError: boom")
     with pytest.raises(subprocess.TimeoutExpired):
-        _run(_script(tmp_path, "import time; time.sleep(60)\n"), timeout=2)
+        _run(_script(tmp_path, "import signal; signal.pause()\n"), timeout=2)  # waits until it is killed
     assert _run(_script(tmp_path, "print('after a timeout')\n")).stdout == "after a timeout\n"
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import ports
 import pytest
 import sshd
-from conftest import CCACHE, HERE, installed
+from conftest import HERE, installed, session_ccache
 from ports import port
 
 from accelerate_warmup_patch import releases
@@ -149,9 +149,9 @@ def _launch(nodes: dict[str, str], out: Path, port: int, shell: dict[str, str], 
     (job / "hostfile").write_text("localhost slots=1\n127.0.0.1 slots=1\n")
     # what the nodes need besides the switch, the way DeepSpeed documents it
     lines = {"AWP_LAUNCH_OUT": str(out), **deepspeed_env}
-    for name in ("TORCH_EXTENSIONS_DIR", *CCACHE):  # the nox session's op folder and compiler cache
-        if os.environ.get(name):
-            lines[name] = os.environ[name]
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):  # the nox session's per-venv op folder
+        lines["TORCH_EXTENSIONS_DIR"] = os.environ["TORCH_EXTENSIONS_DIR"]
+    lines.update(session_ccache())
     # and the venv's PATH: a rank that sshd starts finds Debian's ninja (1.11) on its default PATH, whose
     # command hashes differ from the venv's ninja (1.13), so it would recompile the op, and the next test
     # run through the launching shell would recompile it back (seen: minutes per test on a loaded machine)

@@ -33,7 +33,7 @@ import ports
 import pytest
 import slurm
 import sshd
-from conftest import CCACHE, HERE, installed
+from conftest import HERE, installed, session_ccache
 from ports import port
 
 from accelerate_warmup_patch import releases
@@ -51,8 +51,8 @@ WARMUP = [[0.0], [0.0], [0.0002], [0.0004]]  # WarmupLR 0 -> 1e-3 over 5 steps, 
 UNPATCHED_STEP0 = [0.0] if FIXED else [0.001]  # 0.15.2's WarmupLR leaves the optimizer's lr, the peak
 # what a rank needs besides the switch; PATH for the venv's ninja: with Debian's (1.11, on the default PATH of a
 # rank that sshd or srun --export starts) the op's command hashes differ and every launch would recompile it
-# (and the nox session's compiler cache, where it has one: CCACHE)
-NEEDS = ("AWP_LAUNCH_OUT", "MASTER_PORT", "TORCH_EXTENSIONS_DIR", "PATH", *(n for n in CCACHE if n in os.environ))
+# (and the nox session's compiler cache, where it has one)
+NEEDS = ("AWP_LAUNCH_OUT", "MASTER_PORT", "TORCH_EXTENSIONS_DIR", "PATH", *session_ccache())
 # a value that would run something, add a variable or split a list if any runner let it
 HOSTILE = "reset,AWP_INJECTED=1 $(touch {out}/ran) `touch {out}/ran` \"dq\" 'sq' ;x"
 
@@ -266,7 +266,7 @@ def test_in_a_job_submitted_with_export_none_only_an_explicit_export_reaches_the
     script = ["#!/bin/sh", "set -e", f"cd {tmp_path / 'job'}",
               f"export PATH={BIN}:$PATH SLURM_CONF={cluster['SLURM_CONF']}",
               f"export MASTER_PORT={port} TORCH_EXTENSIONS_DIR={os.environ.get('TORCH_EXTENSIONS_DIR', '')}",
-              *(f"export {name}={os.environ[name]}" for name in CCACHE if name in os.environ),
+              *(f"export {name}={value}" for name, value in session_ccache().items()),
               "export ACCELERATE_WARMUP_PATCH=reset"]
     for name, step in steps.items():
         script += [f"mkdir -p {tmp_path / name}", f"AWP_LAUNCH_OUT={tmp_path / name} {step}"]
