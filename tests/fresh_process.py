@@ -1,5 +1,6 @@
-"""A fresh process for a harness run: forked from a server that has imported torch and transformers and
-nothing else, or a new interpreter where what the run's environment does at interpreter start matters.
+"""A fresh process for a harness run: forked from a server that has imported torch and transformers (those
+of the two the venv has) and nothing else, or a new interpreter where what the run's environment does at
+interpreter start matters.
 
 Most of a harness run is the import of the stack: `import deepspeed` takes 6.6 s on 0.15.2 (torch 2.1 s;
 torch._dynamo and transformers, which that release imports at its top, most of the rest) against 3.2 s
