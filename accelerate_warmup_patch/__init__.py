@@ -16,7 +16,10 @@ this bookkeeping alone, never held across an import or a hook (a hook imports, a
 another thread may wait on one this thread holds).
 
 Why one module: each module on the start-up path costs about 0.4 M instructions before its first line
-runs, and importing wrapt (whose importer would do) ~50 ms (docs/benchmarks.md).
+runs, and importing wrapt (whose importer would do) ~50 ms (docs/benchmarks.md). Why type comments
+instead of annotations, and few functions: every function, annotation and imported name here is an
+object CPython's collector counts, and a start-up that tips its count over 700 pays a collection
+(+0.29 M instructions) that this module's own code does not cost (docs/benchmarks.md).
 """
 
 import sys
@@ -24,26 +27,30 @@ from _thread import RLock  # built in and loaded: no import
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing and importlib cost milliseconds, and only the type checker needs them
-    from collections.abc import Callable, Sequence
-    from importlib.machinery import ModuleSpec
-    from types import ModuleType
-    from typing import Any
+    import collections.abc  # whole modules: each name imported from one is one more object at start-up
+    import importlib.machinery
+    import types
+    import typing
 
-    from .api import apply, remove, status
-    from .api import arm_from_environment as arm_from_environment
+    from .api import apply, arm_from_environment as arm_from_environment, remove, status
     from .failures import PatchError
     from .settings import Mode, SettingsError
 
-    Hook = Callable[[ModuleType], None]
+    # the names of this module's type comments (ruff reads no type comments: these are its uses)
+    Hook = collections.abc.Callable[[types.ModuleType], None]
+    Loaded = typing.Optional[types.ModuleType]  # a module, or None where it is not (yet) loaded
+    Paths = typing.Optional[collections.abc.Sequence[str]]
+    Spec = typing.Optional[importlib.machinery.ModuleSpec]
+    Loader = typing.Any  # whatever loader the other finders' spec has
 
-__all__ = ["Mode", "PatchError", "SettingsError", "__version__", "apply", "remove", "status"]
+__all__ = ("Mode", "PatchError", "SettingsError", "__version__", "apply", "remove", "status")
 __version__ = "0.3.0"
 
 # the first import of either is the first moment the patch has something to do
 _FRAMEWORKS = ("deepspeed", "accelerate")
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name):  # type: (str) -> object
     """The public names, each loaded at its first use (which arms the patch)."""
     if name not in ("Mode", "SettingsError", "PatchError", "apply", "arm_from_environment", "remove", "status"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -59,7 +66,7 @@ def __getattr__(name: str) -> object:
     return value
 
 
-def _arm(module: "ModuleType | None" = None) -> None:
+def _arm(module=None):  # type: (Loaded) -> None
     """Load api.py and apply the patch for each importer recorded so far: at once, at the first use of
     the API, or as the hook of a framework's first import (``module``), which a failure never breaks.
 
@@ -84,12 +91,19 @@ def _arm(module: "ModuleType | None" = None) -> None:
         failures.arming_failed(error, routes, module, _initializing("site"))
 
 
-def _on_import() -> None:
+def _on_import():  # type: () -> None
+    """Record who imported the package: a .pth line or sitecustomize (usercustomize) while site.py starts
+    the interpreter, or an import; then arm now, or when a framework is first imported."""
     # not a module global: through the finder on sys.meta_path it would keep os alive past the first
     # collection of interpreter shutdown, which costs every armed process ~0.2 ms at exit
     import os
 
-    _importers.append(_activated_by())
+    if not _initializing("site"):
+        _importers.append("import")
+    elif _initializing("sitecustomize") or _initializing("usercustomize"):
+        _importers.append("sitecustomize")
+    else:
+        _importers.append(".pth")
     # strict mode wants a bad value to stop the start (or raise out of the import) now, not at the first
     # import of a framework; the name is settings.ENV_STRICT, spelled out because settings.py is not loaded
     if not sys.modules.keys().isdisjoint(_FRAMEWORKS) or os.environ.get("ACCELERATE_WARMUP_PATCH_STRICT"):
@@ -100,29 +114,22 @@ def _on_import() -> None:
             _arm()
 
 
-def _activated_by() -> str:
-    """A .pth line or sitecustomize (usercustomize) while site.py starts the interpreter, or an import."""
-    if not _initializing("site"):
-        return "import"
-    return "sitecustomize" if _initializing("sitecustomize") or _initializing("usercustomize") else ".pth"
-
-
-def _initializing(name: str) -> bool:
+def _initializing(name):  # type: (str) -> bool
     """True while the code of module ``name`` runs (importlib marks its spec until it is done)."""
     return getattr(getattr(sys.modules.get(name), "__spec__", None), "_initializing", False) is True
 
 
 # The one post-import hook of the package: its bookkeeping, the finder, the loader.
 
-_hooks: "dict[str, list[Hook]]" = {}
+_hooks = {}  # type: dict[str, list[Hook]]
 # modules whose code has run through our loader and whose hooks have all been called, until importlib
 # marks them initialized: a hook registered for one of them is due at once, as for a loaded module
-_ran: "dict[str, ModuleType]" = {}
+_ran = {}  # type: dict[str, types.ModuleType]
 # who imported the package, until _arm hands each to api.apply: ".pth", "sitecustomize", "import"
-_importers: "list[str]" = []
+_importers = []  # type: list[str]
 # guards _hooks, _ran, _importers and our finder's place on sys.meta_path
 _lock = RLock()
-_looking_up: "set[str]" = set()  # find_spec runs under importlib's global lock: no race on it
+_looking_up = set()  # type: set[str]  # find_spec runs under importlib's global lock: no race on it
 
 
 class _Importer:
@@ -131,11 +138,9 @@ class _Importer:
     The one on sys.meta_path (no loader) answers for the modules with pending hooks: the other finders'
     spec, with an _Importer around its loader, which runs the module and then calls its hooks."""
 
-    def __init__(self, loader: "Any" = None) -> None:
-        self._loader = loader
+    _loader = None  # type: Loader  # the real loader; the one on sys.meta_path has none
 
-    def find_spec(self, fullname: str, path: "Sequence[str] | None",
-                  target: "ModuleType | None" = None) -> "ModuleSpec | None":
+    def find_spec(self, fullname, path, target=None):  # type: (str, Paths, Loaded) -> Spec
         if fullname not in _hooks or fullname in _looking_up:
             return None
         _looking_up.add(fullname)
@@ -150,10 +155,12 @@ class _Importer:
         finally:
             _looking_up.discard(fullname)
         if hasattr(spec.loader, "exec_module"):
-            spec.loader = _Importer(spec.loader)  # type: ignore[assignment]
+            importer = _Importer()
+            importer._loader = spec.loader
+            spec.loader = importer  # type: ignore[assignment]
         return spec
 
-    def exec_module(self, module: "ModuleType") -> None:
+    def exec_module(self, module):  # type: (types.ModuleType) -> None
         module.__loader__ = self._loader  # the real one, for pkgutil, inspect and friends
         if module.__spec__ is not None:
             module.__spec__.loader = self._loader
@@ -169,16 +176,17 @@ class _Importer:
                 hook(module)
         _sweep()
 
-    def __getattr__(self, name: str) -> "Any":  # create_module and the rest: the real loader's
+    def __getattr__(self, name):  # type: (str) -> Loader
+        # create_module and the rest: the real loader's
         return getattr(self._loader, name)
 
 
-def _is_ours(finder: object) -> bool:
+def _is_ours(finder):  # type: (object) -> bool
     """Also true for the finder of an earlier copy of this module (importlib.reload): never two."""
     return type(finder).__module__ == __name__ and type(finder).__qualname__ == "_Importer"
 
 
-def _when_imported(name: str, hook: "Hook") -> "ModuleType | None":
+def _when_imported(name, hook):  # type: (str, Hook) -> Loaded
     """Have ``hook(module)`` called right after ``name`` is imported; if it already is, nothing is
     registered and the module is returned: the caller acts on it now."""
     with _lock:  # the check and the registration in one step: the loader marks a module ran under it
@@ -193,7 +201,7 @@ def _when_imported(name: str, hook: "Hook") -> "ModuleType | None":
     return module
 
 
-def _ready(name: str) -> "ModuleType | None":
+def _ready(name):  # type: (str) -> Loaded
     """The module ``name`` if a hook may run on it now: imported, or its code run and its hooks called."""
     module = sys.modules.get(name)
     if module is None or not _initializing(name) or _ran.get(name) is module:
@@ -201,7 +209,7 @@ def _ready(name: str) -> "ModuleType | None":
     return None
 
 
-def _sweep() -> None:
+def _sweep():  # type: () -> None
     """Call the hooks of modules that finished loading without our loader: registered while their import
     was already under way (in this thread, or in another one)."""
     with _lock:
@@ -220,7 +228,7 @@ def _sweep() -> None:
         _leave_if_idle()
 
 
-def _waiting(hook: "Hook | None", drop: bool = False) -> "list[str]":
+def _waiting(hook, drop=False):  # type: (typing.Optional[Hook], bool) -> list[str]
     """The modules for which ``hook`` waits (None: any hook); with ``drop`` it waits there no more, and with
     None no importer is left either. What api.py asks of the hook goes through here, never its bookkeeping."""
     names = []
@@ -239,7 +247,7 @@ def _waiting(hook: "Hook | None", drop: bool = False) -> "list[str]":
     return names
 
 
-def _leave_if_idle() -> None:
+def _leave_if_idle():  # type: () -> None
     if not _hooks and any(map(_is_ours, sys.meta_path)):
         sys.meta_path = [f for f in sys.meta_path if not _is_ours(f)]  # a new list, as in _when_imported
 

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 # what the server imports once; each forked run finds them loaded
-PRELOAD = ("torch", "transformers")
+PRELOAD = ("torch", "torch._dynamo", "transformers")
 # variables read while an interpreter starts (site.py, the package's .pth line, the package's import)
 READ_AT_START = ("ACCELERATE_WARMUP_PATCH", "PYTHON")
 

@@ -32,8 +32,7 @@ def build(runner_module: Any, launcher_module: Any, hostfile: str, launcher: str
 
 def main() -> int:
     hostfile = sys.argv[1]
-    from deepspeed.launcher import multinode_runner
-    from deepspeed.launcher import runner as launcher_module
+    from deepspeed.launcher import multinode_runner, runner as launcher_module
 
     from accelerate_warmup_patch import releases
 
