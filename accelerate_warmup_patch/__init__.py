@@ -99,11 +99,12 @@ def _on_import():  # type: () -> None
     import os
 
     if not _initializing("site"):
-        _importers.append("import")
+        via = "import"
     elif _initializing("sitecustomize") or _initializing("usercustomize"):
-        _importers.append("sitecustomize")
+        via = "sitecustomize"
     else:
-        _importers.append(".pth")
+        via = ".pth"
+    _importers.append(via)
     # strict mode wants a bad value to stop the start (or raise out of the import) now, not at the first
     # import of a framework; the name is settings.ENV_STRICT, spelled out because settings.py is not loaded
     if not sys.modules.keys().isdisjoint(_FRAMEWORKS) or os.environ.get("ACCELERATE_WARMUP_PATCH_STRICT"):
