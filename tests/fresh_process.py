@@ -3,14 +3,14 @@ transformers (those of them the venv has) and nothing else, or a new interpreter
 environment does at interpreter start matters.
 
 Most of a harness run is the import of the stack: `import deepspeed` takes 6.6 s on 0.15.2 (torch 2.1 s;
-torch._dynamo and transformers, which that release imports at its top, most of the rest) against 3.2 s
-on 0.19.8, and the suite makes dozens of such runs per release. torch and transformers are the same in
-every run, and nothing a test looks at happens while they import: the server imports neither deepspeed,
-accelerate nor this package, and starts without the package's settings, so its .pth line imports
-nothing. With torch._dynamo too, a forked run's `import deepspeed` on 0.15.2 takes 0.85 s instead of 2.1 s
-(measured on a quiet machine). A run forked from it starts with those loaded and imports the rest
-itself, in the order its test chose, then runs its script as ``__main__`` and exits as an interpreter
-does (atexit, then the script's exit code).
+torch._dynamo and transformers, which that release imports at its top, most of the rest) against 3.2 s on
+0.19.8, and the suite makes dozens of such runs per release. torch, torch._dynamo and transformers are the
+same in every run, and nothing a test looks at happens while they import: the server imports neither
+deepspeed, accelerate nor this package, and starts without the package's settings, so its .pth line
+imports nothing. With torch._dynamo too, a forked run's `import deepspeed` on 0.15.2 takes 0.85 s instead
+of 2.1 s (measured on a quiet machine). A run forked from it starts with those loaded and imports the rest
+itself, in the order its test chose, then runs its script as ``__main__`` and exits as an interpreter does
+(atexit, then the script's exit code).
 
 A new interpreter instead (``python SCRIPT ARGS``) where the run's environment differs from the server's
 in what is read at interpreter start: the package's settings (its .pth line reads them, its import reads
