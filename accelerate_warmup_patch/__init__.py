@@ -105,9 +105,11 @@ def _on_import():  # type: () -> None
     else:
         via = ".pth"
     _importers.append(via)
-    # strict mode wants a bad value to stop the start (or raise out of the import) now, not at the first
-    # import of a framework; the name is settings.ENV_STRICT, spelled out because settings.py is not loaded
-    if not sys.modules.keys().isdisjoint(_FRAMEWORKS) or os.environ.get("ACCELERATE_WARMUP_PATCH_STRICT"):
+    # Strict mode wants a bad value to stop the start (or raise out of the import) now, not at the first import
+    # of a framework. The name and the spellings are settings.ENV_STRICT and settings._TRUE, spelled out here
+    # because settings.py is not loaded yet.
+    strict = os.environ.get("ACCELERATE_WARMUP_PATCH_STRICT", "").strip().lower()
+    if not sys.modules.keys().isdisjoint(_FRAMEWORKS) or strict in ("1", "true", "on", "yes", "enable", "enabled"):
         _arm()
         return
     for framework in _FRAMEWORKS:

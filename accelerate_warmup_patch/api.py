@@ -29,29 +29,46 @@ _applied_by: "list[str]" = []
 
 def _patch(module: "ModuleType") -> None:
     """Patch ``module``, one of WAITS_FOR, right after its import: all or nothing, and never out of the
-    import except in strict mode (what was patched before stays)."""
-    from . import failures, targets
+    import except in strict mode (what was patched before stays). A hook that fires after remove() (it was
+    taken from the pending ones just before) patches nothing."""
+    from . import failures, targets  # imported before the lock is taken: no import under it
 
     name = module.__name__
-    mark = wrapping.count()
-    try:
-        targets.PATCHERS[name](module)
-    except Exception as error:
-        wrapping.unwrap_since(mark)  # no half-patched release
-        failures.report(f"hook:{name}", f"patching {name}", error,
-                        f"{name} is left unpatched; what was patched before stays")
+    with wrapping.lock:
+        if not _wanted(name):
+            return
+        mark = wrapping.count()
+        try:
+            targets.PATCHERS[name](module)
+        except Exception as error:
+            wrapping.unwrap_since(mark)  # no half-patched release
+            failures.report(f"hook:{name}", f"patching {name}", error,
+                            f"{name} is left unpatched; what was patched before stays")
+
+
+def _wanted(name: str) -> bool:
+    """Whether ``name`` is to be patched now: while armed; the launcher also to carry ``off`` to the other nodes."""
+    return wrapping.mode is not None or (name == _LAUNCHER and settings.env_mode() == Mode.OFF)
 
 
 def apply(mode: "str | None" = None, *, via: str = "apply()") -> str:
-    """Arm the patch in ``mode`` (default: ACCELERATE_WARMUP_PATCH, else ``reset``); returns the mode.
+    """Arm the patch in ``mode`` (default: ACCELERATE_WARMUP_PATCH, else ``reset``); returns the mode it runs in.
 
-    ACCELERATE_WARMUP_PATCH=off in the environment wins over everything: nothing is patched, except
-    that DeepSpeed's multi-node launcher, if this process is one, carries ``off`` to the other nodes
-    (the kill switch reaches every rank, as ``reset`` does). Applying again changes the mode but never
-    wraps twice. Applied after deepspeed was imported, it also settles the engines and schedulers
-    built before it that are still fresh.
+    ACCELERATE_WARMUP_PATCH=off in the environment (or a value that is not accepted) wins over everything:
+    nothing is patched, except that DeepSpeed's multi-node launcher, if this process is one, carries the value
+    to the other nodes (the kill switch reaches every rank, as ``reset`` does). A ``mode`` that is not accepted
+    changes nothing, with a warning. Applying again changes the mode but never wraps twice. Applied after
+    deepspeed was imported, it also settles the engines and schedulers built before it that are still fresh.
+    Safe from any number of threads: each call runs as if alone.
     """
+    with wrapping.lock:
+        return _apply(mode, via)
+
+
+def _apply(mode: "str | None", via: str) -> str:
     resolved = settings.resolve(mode)
+    if resolved is None:  # a mode we do not understand: nothing changes (settings has warned)
+        return wrapping.mode or Mode.OFF
     if resolved == Mode.OFF:
         if wrapping.mode is not None:
             remove()
@@ -90,11 +107,13 @@ def _settle_live() -> None:
 
 
 def remove() -> None:
-    """Undo apply() and the import's arming: no hook is pending, every wrapped function is the original."""
-    package._waiting(None, drop=True)  # no hook pending, no importer recorded
-    wrapping.unwrap_all()
-    wrapping.mode = None
-    _applied_by.clear()
+    """Undo apply() and the import's arming: no hook is pending, and this patch's layer is out of every target,
+    wherever it sits among other tools' wrappers (they stay working). Safe from any number of threads."""
+    with wrapping.lock:
+        package._waiting(None, drop=True)  # no hook pending, no importer recorded
+        wrapping.mode = None  # first: a wrapper that stays (another tool's plain wrapper holds it) passes through
+        wrapping.unwrap_all()
+        _applied_by.clear()
 
 
 def status() -> "dict[str, Any]":
@@ -106,6 +125,7 @@ def status() -> "dict[str, Any]":
         "mode": wrapping.mode or Mode.OFF,
         "applied_by": list(dict.fromkeys(_applied_by)),
         "patched": wrapping.in_place(),
+        "lost": wrapping.lost(),  # wrapped by this patch, then taken out by another tool
         "waiting_for": package._waiting(_patch),
         "fixes_applied": wrapping.state.fixes,
         "not_fixed": list(wrapping.state.not_fixed),  # schedulers the patch saw and had to leave

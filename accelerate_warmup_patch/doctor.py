@@ -49,8 +49,8 @@ def env_problem() -> str | None:
     if settings.env_setting()[1]:
         return None
     raw = os.environ[settings.ENV_MODE]
-    return (f"{settings.ENV_MODE}={raw!r} is not one of: {settings.ACCEPTED}; a new process warns and runs in "
-            f"{settings.DEFAULT} mode (with {settings.ENV_STRICT} set, it stops at start-up): set one of these")
+    return (f"{settings.ENV_MODE}={raw!r} is not one of: {settings.ACCEPTED}; a new process warns and patches "
+            f"nothing (with {settings.ENV_STRICT} set, it stops at start-up): set one of these")
 
 
 # the interpreters every answer covers; the job's own flags (--python-flags) are added to them
@@ -261,8 +261,8 @@ def decide(versions: dict[str, str | None], active: dict[str, Any],
     deepspeed = versions["deepspeed"]
     raw = os.environ.get(settings.ENV_MODE, "")
     if env_problem() is not None:
-        return "bad-value", (f"{settings.ENV_MODE}={raw!r} is NOT ACCEPTED - a new process warns and runs in "
-                             f"{settings.DEFAULT} mode: set one of {settings.ACCEPTED}")
+        return "bad-value", (f"{settings.ENV_MODE}={raw!r} is NOT ACCEPTED - a new process warns and patches "
+                             f"nothing: set one of {settings.ACCEPTED}")
     if deepspeed is None:
         return "no-deepspeed", ("DeepSpeed is not installed in this environment: nothing to patch (run doctor in "
                                 "the environment the training job runs in)")

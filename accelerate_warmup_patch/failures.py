@@ -7,6 +7,7 @@ the user's import or call, so that CI and image builds fail loudly.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from . import log, settings
@@ -35,10 +36,24 @@ def arming_failed(error: Exception, routes: list[str], module: ModuleType | None
 
     ``starting``: site.py still runs, so the interpreter is starting (a program that calls site.addsitedir
     later is running, and stopping it from inside a call is not ours to do)."""
+    at = f" at the import of {module.__name__}" if module is not None else ""
+    if settings.strict() and starting and _running_this_command():
+        # the command that names what is wrong must run: doctor says it, and exits 1 under --strict
+        log.warn_once("arm", "arming the patch%s failed (%s); this command runs unpatched", at, error)
+        return
     if settings.strict() and starting and any(via != "import" for via in routes):
         _stop_before_the_program(error)
-    at = f" at the import of {module.__name__}" if module is not None else ""
     report("arm", f"arming the patch{at}", error, "this process runs unpatched")
+
+
+def _running_this_command() -> bool:
+    """True in the interpreter of ``accelerate-warmup-patch`` or ``python -m accelerate_warmup_patch``, read from
+    its command line while site.py starts it (sys.orig_argv: Python 3.10+; 3.9 knows only the console script)."""
+    arguments = [*getattr(sys, "orig_argv", []), *sys.argv[:1]]
+    if any(os.path.basename(argument) == "accelerate-warmup-patch" for argument in arguments):
+        return True
+    return any(flag == "-m" and module.split(".")[0] == __package__
+               for flag, module in zip(arguments, arguments[1:]))
 
 
 def _stop_before_the_program(error: Exception) -> None:
@@ -50,8 +65,6 @@ def _stop_before_the_program(error: Exception) -> None:
     init_import_site" with a traceback and exit status 1 (Python 3.9 to 3.13, measured). No program
     code has run yet, so there is nothing to clean up that os._exit skips.
     """
-    import os
-
     from .settings import ENV_STRICT, SettingsError
 
     if isinstance(error, (SettingsError, PatchError)):  # their message says what failed and how to fix it

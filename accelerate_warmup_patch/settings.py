@@ -19,25 +19,24 @@ class Mode:
 
 
 _ALIASES: "dict[str, str]" = {
-    "reset": Mode.RESET, "1": Mode.RESET, "true": Mode.RESET, "on": Mode.RESET,
+    **dict.fromkeys(("reset", "1", "true", "on", "yes", "enable", "enabled"), Mode.RESET),
     "step": Mode.STEP,
-    "off": Mode.OFF, "0": Mode.OFF, "false": Mode.OFF,
+    **dict.fromkeys(("off", "0", "false", "no", "none", "disable", "disabled"), Mode.OFF),
 }
-ACCEPTED = "reset (or 1, true, on), step, off (or 0, false)"
-DEFAULT = Mode.RESET
+ACCEPTED = "reset (or 1, true, on, yes, enable, enabled), step, off (or 0, false, no, none, disable, disabled)"
+DEFAULT = Mode.RESET  # what an import arms when ACCELERATE_WARMUP_PATCH is unset or blank
+# the one spelling rule of ACCELERATE_WARMUP_PATCH_STRICT; __init__.py, which may not import this module at
+# start-up, spells the same tuple out
+_TRUE = ("1", "true", "on", "yes", "enable", "enabled")
 
 
 class SettingsError(ValueError):
     """An ACCELERATE_WARMUP_PATCH* value is not one we accept (raised in strict mode only)."""
 
 
-def _truthy(value: "str | None") -> bool:
-    return (value or "").strip().lower() in ("1", "true", "on", "yes")
-
-
 def strict() -> bool:
-    """True when ACCELERATE_WARMUP_PATCH_STRICT asks for errors instead of warnings."""
-    return _truthy(os.environ.get(ENV_STRICT))
+    """True when ACCELERATE_WARMUP_PATCH_STRICT asks for errors instead of warnings (0, false or blank: no)."""
+    return os.environ.get(ENV_STRICT, "").strip().lower() in _TRUE
 
 
 def lookup(value: str) -> "str | None":
@@ -46,14 +45,14 @@ def lookup(value: str) -> "str | None":
 
 
 def bad_value(source: str, value: str) -> str:
-    """One line for a value we do not accept: what it is, what is accepted, how to fix it."""
+    """One line for a value we do not accept: what it is, what is accepted, what happens, how to fix it."""
     fix = "pass one of these" if source != ENV_MODE else f"set {ENV_MODE} to one of these"
-    return (f"{source}={value!r} is not one of: {ACCEPTED}; {fix}, or unset {ENV_STRICT} "
-            f"to run in {DEFAULT} mode with a warning")
+    return f"{source}={value!r} is not one of: {ACCEPTED}; nothing is changed by it: {fix}"
 
 
-def parse_mode(value: str, source: str) -> str:
-    """Turn a user's spelling into a Mode; an unknown one warns once (raises in strict mode)."""
+def parse_mode(value: str, source: str) -> "str | None":
+    """Turn a user's spelling into a Mode. A value we do not understand changes nothing: None, with one warning
+    per process (strict mode raises SettingsError instead)."""
     mode = lookup(value)
     if mode is not None:
         return mode
@@ -63,21 +62,22 @@ def parse_mode(value: str, source: str) -> str:
 
     # once per process: the environment is read more than once (and site.py runs a venv's .pth lines
     # twice, measured on Python 3.9 to 3.13, but the second run finds the package already imported)
-    log.warn_once(f"settings:{source}={value!r}", "%s=%r is not one of: %s; using %r", source, value, ACCEPTED,
-                  DEFAULT)
-    return DEFAULT
+    log.warn_once(f"settings:{source}={value!r}", "%s", bad_value(source, value))
+    return None
 
 
 def env_mode() -> "str | None":
-    """The mode the environment asks for, or None when ACCELERATE_WARMUP_PATCH is unset or empty."""
+    """The mode the environment asks for, or None when ACCELERATE_WARMUP_PATCH is unset or blank. A value we do
+    not understand is ``off``: it may be a mistyped kill switch, and patching would change the job's numerics."""
     value = os.environ.get(ENV_MODE, "")
     if not value.strip():
         return None
-    return parse_mode(value, ENV_MODE)
+    return parse_mode(value, ENV_MODE) or Mode.OFF
 
 
-def resolve(requested: "str | None") -> str:
-    """The mode to run in: off in the environment wins, then the caller's, then the environment's."""
+def resolve(requested: "str | None") -> "str | None":
+    """The mode to run in: off in the environment wins, then the caller's, then the environment's; None when
+    the caller asked for a mode we do not understand (nothing is to change)."""
     from_env = env_mode()
     if from_env == Mode.OFF:
         return Mode.OFF
@@ -88,10 +88,10 @@ def resolve(requested: "str | None") -> str:
 
 def env_setting() -> "tuple[str | None, bool]":
     """ACCELERATE_WARMUP_PATCH as a new process takes it, read without ``env_mode()``'s warning or strict-mode
-    error: the mode (None when unset or blank; the default for a value not accepted, as a new process falls
-    back to it) and whether the value is accepted (True when unset)."""
+    error: the mode (None when unset or blank; off for a value not accepted, as a new process takes it) and
+    whether the value is accepted (True when unset)."""
     value = os.environ.get(ENV_MODE, "")
     if not value.strip():
         return None, True
     mode = lookup(value)
-    return (DEFAULT if mode is None else mode), mode is not None
+    return (Mode.OFF if mode is None else mode), mode is not None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -20,6 +21,10 @@ from . import log, releases
 
 # the switch: None while nothing is armed; the wrappers read it on every call
 mode: str | None = None
+# Guards the record, the attributes the patch sets and ``mode``: apply() and remove() hold it for their whole
+# run, so that any interleaving of them from several threads ends as one of them run alone. Re-entrant: apply()
+# may call remove(), and a hook that apply() fires applies. Never held across an import of a framework.
+lock = threading.RLock()
 
 
 @dataclass
@@ -36,16 +41,23 @@ class _Wrapped:
             return f"{self.owner.__name__}.{self.name}"
         return f"{self.owner.__module__}.{self.owner.__qualname__}.{self.name}"
 
-    def in_place(self) -> bool:
-        """True while the wrapper is what a caller reaches: the owner holds it, and the owner is still what
-        its module exports (a reload makes new classes and functions that were never wrapped)."""
+    def current(self) -> bool:
+        """True while the owner is still what its module exports (a reload makes new classes and functions
+        that were never wrapped)."""
         if isinstance(self.owner, ModuleType):
-            return sys.modules.get(self.owner.__name__) is self.owner and \
-                getattr(self.owner, self.name, None) is self.wrapper
+            return sys.modules.get(self.owner.__name__) is self.owner
         module = sys.modules.get(self.owner.__module__)
-        current_owner = getattr(module, self.owner.__qualname__, None) if "." not in self.owner.__qualname__ \
-            else self.owner
-        return current_owner is self.owner and vars(self.owner).get(self.name) is self.wrapper
+        if "." in self.owner.__qualname__:
+            return True
+        return getattr(module, self.owner.__qualname__, None) is self.owner
+
+    def layers(self) -> list[Any]:
+        """What a caller reaches now, then what each layer wraps, down to the first that wraps nothing."""
+        return _chain(_attribute(self.owner, self.name))
+
+    def in_place(self) -> bool:
+        """True while our wrapper is one of the layers a caller goes through: on top, or under another tool's."""
+        return self.current() and any(layer is self.wrapper for layer in self.layers())
 
 
 @dataclass
@@ -102,8 +114,17 @@ def _wrapper_class() -> type:
             __slots__ = ()
 
         class _FunctionWrapper(_Reference, wrapt.FunctionWrapper):  # type: ignore[misc]
-            __slots__ = ()
+            __slots__ = ("_self_owner",)  # the class whose method this wraps; None for a module's function
             __bound_function_wrapper__ = _BoundFunctionWrapper
+
+            def __call__(self, *args: Any, **kwargs: Any) -> Any:
+                # A method reached through its class and called with the instance first, as another tool's plain
+                # wrapper above ours calls it: wrapt would pass no instance, so bind it as a method call does.
+                # Calls through an instance never come here (they go through the bound wrapper).
+                owner = self._self_owner
+                if owner is not None and args and isinstance(args[0], owner):
+                    return self.__get__(args[0], type(args[0]))(*args[1:], **kwargs)
+                return super().__call__(*args, **kwargs)
 
         _function_wrapper = _FunctionWrapper
     return _function_wrapper
@@ -140,18 +161,57 @@ def _by_reference(wrapper: Any) -> Any:
     return getattr, (owner, name)
 
 
+def _attribute(owner: Any, name: str) -> Any:
+    """What ``owner.name`` holds now: a class's own attribute (the descriptor), a module's function."""
+    return vars(owner).get(name) if isinstance(owner, type) else getattr(owner, name, None)
+
+
+_DEEPEST = 64  # a chain of wrappers longer than this is not followed further (and a loop ends)
+
+
+def _chain(top: Any) -> list[Any]:
+    """``top``, what it wraps (``__wrapped__``, as wrapt's proxies and functools.wraps name it), and so on."""
+    layers: list[Any] = []
+    layer = top
+    while layer is not None and len(layers) < _DEEPEST and not any(layer is seen for seen in layers):
+        layers.append(layer)
+        try:
+            layer = getattr(layer, "__wrapped__", None)
+        except Exception:  # another tool's object may raise anything from an attribute lookup
+            layer = None
+    return layers
+
+
+def _ours(layer: Any) -> bool:
+    """True for a wrapper this package made (type(), never a proxy's __class__; also after a reload of this module)."""
+    kind = type(layer)
+    return kind.__module__ == __name__ and kind.__qualname__.rpartition(".")[2] == "_FunctionWrapper"
+
+
+def _is_proxy(layer: Any) -> bool:
+    """A wrapt proxy (wrapt's own or a vendored copy, as ddtrace's): its ``__wrapped__`` is what it calls."""
+    return any(kind.__name__ == "ObjectProxy" for kind in type(layer).__mro__)
+
+
 def wrap(owner: Any, name: str, wrapper: Callable[..., Any]) -> None:
-    """Put ``wrapper`` (wrapt's signature) around ``owner.name``, once however often apply() runs."""
-    for wrapped in list(state.wrapped):
-        if wrapped.owner is owner and wrapped.name == name:
-            if wrapped.in_place():
-                return
-            state.wrapped.remove(wrapped)  # stale (the owner was reloaded): wrap what is there now
-    original = vars(owner)[name] if isinstance(owner, type) else getattr(owner, name)
-    # no `enabled=` callable: it costs a Python call per call; the wrappers read `mode`
-    function_wrapper = _wrapper_class()(original, wrapper)
-    setattr(owner, name, function_wrapper)
-    state.wrapped.append(_Wrapped(owner, name, original, function_wrapper))
+    """Put ``wrapper`` (wrapt's signature) around ``owner.name``: one layer of ours however often apply() runs."""
+    function_wrapper = _wrapper_class()  # wrapt is imported before the lock is taken: no import under it
+    with lock:
+        for wrapped in list(state.wrapped):
+            if wrapped.owner is owner and wrapped.name == name:
+                if wrapped.in_place():
+                    return
+                state.wrapped.remove(wrapped)  # reloaded, or taken out by another tool: wrap what is there now
+        left = next((layer for layer in _chain(_attribute(owner, name)) if _ours(layer)), None)
+        if left is not None:  # remove() had to leave it under another tool's wrapper: it serves again
+            state.wrapped.append(_Wrapped(owner, name, left.__wrapped__, left))
+            return
+        original = _attribute(owner, name)
+        # no `enabled=` callable: it costs a Python call per call; the wrappers read `mode`
+        layer = function_wrapper(original, wrapper)
+        layer._self_owner = owner if isinstance(owner, type) else None
+        setattr(owner, name, layer)
+        state.wrapped.append(_Wrapped(owner, name, original, layer))
 
 
 def is_wrapped(original: Any) -> bool:
@@ -165,21 +225,45 @@ def count() -> int:
 
 
 def unwrap_since(mark: int) -> None:
-    """Put back every original wrapped after the first ``mark`` records, newest first."""
-    while len(state.wrapped) > mark:
-        wrapped = state.wrapped.pop()
-        if wrapped.in_place():
-            setattr(wrapped.owner, wrapped.name, wrapped.original)
-        elif vars(wrapped.owner).get(wrapped.name) is not None and isinstance(wrapped.owner, type):
-            log.warn_once(f"stacked:{wrapped.label}", "%s was wrapped again after this patch; leaving that "
-                          "wrapper in place with this patch disabled", wrapped.label)
+    """Take out our layer of every target wrapped after the first ``mark`` records, newest first."""
+    with lock:
+        while len(state.wrapped) > mark:
+            _take_out(state.wrapped.pop())
+
+
+def _take_out(wrapped: _Wrapped) -> None:
+    """Our layer out of the chain wherever it sits; every other tool's layer, above or below it, stays working."""
+    if not wrapped.current():
+        return  # reloaded: the new owner never had our layer
+    layers = wrapped.layers()
+    if layers and layers[0] is wrapped.wrapper:
+        setattr(wrapped.owner, wrapped.name, wrapped.wrapper.__wrapped__)
+        return
+    above = next((upper for upper, lower in zip(layers, layers[1:]) if lower is wrapped.wrapper), None)
+    if above is None:
+        log.info("%s: another tool had already taken this patch's layer out (it put back what the layer "
+                 "wrapped); nothing of the patch is left there", wrapped.label)
+    elif _is_proxy(above):
+        # Another tool's wrapt layer calls its __wrapped__: pointing it at what ours wrapped takes ours out of the
+        # chain, as that tool's own unwrapping of a layer under it would.
+        above.__wrapped__ = wrapped.wrapper.__wrapped__
+    else:  # a plain function that holds ours in its closure: nothing can take ours out from under it
+        log.warn_once(f"held:{wrapped.label}", "%s: another tool's wrapper %r calls this patch's layer directly; the "
+                      "layer stays under it and passes every call through unchanged", wrapped.label, above)
 
 
 def unwrap_all() -> None:
-    """Put every original back; a wrapper someone stacked on ours stays, disabled (``mode`` is None)."""
+    """Take our layer out of every target (one that another tool's plain wrapper holds stays, passing through)."""
     unwrap_since(0)
 
 
 def in_place() -> list[str]:
-    """The labels of the wrappers that callers reach now."""
-    return [w.label for w in state.wrapped if w.in_place()]
+    """The labels of the targets whose callers go through our layer now."""
+    with lock:
+        return [w.label for w in state.wrapped if w.in_place()]
+
+
+def lost() -> list[str]:
+    """The labels of the targets wrapped by this patch whose layer another tool has taken out since."""
+    with lock:
+        return [w.label for w in state.wrapped if w.current() and not w.in_place()]
