@@ -61,39 +61,35 @@ def apply(mode: "str | None" = None, *, via: str = "apply()") -> str:
     deepspeed was imported, it also settles the engines and schedulers built before it that are still fresh.
     Safe from any number of threads: each call runs as if alone.
     """
-    with wrapping.lock:
-        return _apply(mode, via)
+    with wrapping.lock:  # the whole call: a hook it fires applies again (re-entrant)
+        resolved = settings.resolve(mode)
+        if resolved is None:  # a mode we do not understand: nothing changes (settings has warned)
+            return wrapping.mode or Mode.OFF
+        if resolved == Mode.OFF:
+            if wrapping.mode is not None:
+                remove()
+            launcher = package._when_imported(_LAUNCHER, _patch) if settings.env_mode() == Mode.OFF else None
+            if launcher is not None:
+                _patch(launcher)
+            return resolved
+        if wrapping.mode is not None and resolved != wrapping.mode:
+            from . import log
 
-
-def _apply(mode: "str | None", via: str) -> str:
-    resolved = settings.resolve(mode)
-    if resolved is None:  # a mode we do not understand: nothing changes (settings has warned)
-        return wrapping.mode or Mode.OFF
-    if resolved == Mode.OFF:
-        if wrapping.mode is not None:
-            remove()
-        launcher = package._when_imported(_LAUNCHER, _patch) if settings.env_mode() == Mode.OFF else None
-        if launcher is not None:
-            _patch(launcher)
+            log.info("mode changed from %s to %s (%s)", wrapping.mode, resolved, via)
+        wrapping.mode = resolved
+        _applied_by.append(via)
+        late = _DEEPSPEED_SCHEDULES in sys.modules
+        wrapped_before = wrapping.count()
+        # again on every apply(): a module already loaded is patched at once, and only what is not wrapped
+        # already is wrapped (what a reload of deepspeed put there)
+        for name in WAITS_FOR:
+            module = package._when_imported(name, _patch)
+            if module is not None:
+                _patch(module)
+        package._sweep()
+        if late and wrapping.count() > wrapped_before:
+            _settle_live()
         return resolved
-    if wrapping.mode is not None and resolved != wrapping.mode:
-        from . import log
-
-        log.info("mode changed from %s to %s (%s)", wrapping.mode, resolved, via)
-    wrapping.mode = resolved
-    _applied_by.append(via)
-    late = _DEEPSPEED_SCHEDULES in sys.modules
-    wrapped_before = wrapping.count()
-    # again on every apply(): a module already loaded is patched at once, and only what is not wrapped
-    # already is wrapped (what a reload of deepspeed put there)
-    for name in WAITS_FOR:
-        module = package._when_imported(name, _patch)
-        if module is not None:
-            _patch(module)
-    package._sweep()
-    if late and wrapping.count() > wrapped_before:
-        _settle_live()
-    return resolved
 
 
 def _settle_live() -> None:

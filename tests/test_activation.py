@@ -52,10 +52,8 @@ def test_env_off_start_up_patches_nothing_and_imports_no_wrapt():
     assert _modules({"ACCELERATE_WARMUP_PATCH": "off"}) == START_UP
 
 
-def test_a_blank_value_does_not_arm_at_start_up():
-    proc = run_python("import accelerate_warmup_patch as awp; print(awp.status()['waiting_for'])",
-                      env={"ACCELERATE_WARMUP_PATCH": "  "})
-    assert proc.stdout.strip() == "[]", proc.stderr
+def test_a_blank_value_is_unset_at_start_up_too():
+    assert _modules({"ACCELERATE_WARMUP_PATCH": " \t"}) == []
 
 
 START_UP = ["accelerate_warmup_patch"]
@@ -156,12 +154,59 @@ def test_pth_plus_explicit_import_plus_apply_wraps_once():
     assert proc.stdout.strip().splitlines()[-1] == "['.pth', 'apply()', 'sitecustomize']"
 
 
-def test_bad_value_at_start_up_warns_once_and_does_not_crash():
-    proc = run_python("import accelerate_warmup_patch as awp; print(awp.status()['mode'])",
-                      env={"ACCELERATE_WARMUP_PATCH": "maybe"})
-    assert proc.returncode == 0
-    assert proc.stdout.strip() == "reset"
-    assert sum("ACCELERATE_WARMUP_PATCH='maybe'" in line for line in proc.stderr.splitlines()) == 1
+# what a process makes of each value: its mode and what it patched once deepspeed is imported
+MODE_AND_PATCHED = ("import accelerate_warmup_patch as awp, deepspeed, json\n"
+                    "print(json.dumps([awp.status()['mode'], len(awp.status()['patched'])]))")
+
+
+@pytest.mark.parametrize("value", ["maybe", "o f f", "nope", "warn-me"])
+def test_a_value_not_accepted_patches_nothing_and_warns_once_naming_the_accepted_ones(value):
+    proc = run_python(MODE_AND_PATCHED, env={"ACCELERATE_WARMUP_PATCH": value})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["off", 0]
+    lines = [line for line in proc.stderr.splitlines() if f"ACCELERATE_WARMUP_PATCH={value!r}" in line]
+    assert len(lines) == 1, proc.stderr
+    assert settings.ACCEPTED in lines[0] and "nothing is changed by it" in lines[0]
+
+
+@pytest.mark.parametrize("value", [" ", "\t", "\n", "  \t "])
+def test_a_blank_value_is_unset_and_the_import_arms(value):
+    proc = run_python(MODE_AND_PATCHED, env={"ACCELERATE_WARMUP_PATCH": value})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    mode, patched = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert mode == "reset" and patched > 0
+    assert "ACCELERATE_WARMUP_PATCH" not in proc.stderr
+
+
+@pytest.mark.parametrize(("value", "mode"), [("yes", "reset"), ("Enable", "reset"), ("enabled", "reset"),
+                                             ("no", "off"), ("none", "off"), ("disable", "off"),
+                                             ("DISABLED", "off")])
+def test_the_common_spellings_are_accepted_without_a_warning(value, mode):
+    proc = run_python(MODE_AND_PATCHED, env={"ACCELERATE_WARMUP_PATCH": value})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])[0] == mode
+    assert "is not one of" not in proc.stderr
+
+
+def test_apply_with_a_mode_not_accepted_changes_nothing():
+    proc = run_python(
+        "import accelerate_warmup_patch as awp, deepspeed, json\n"
+        "awp.remove(); first = awp.apply('rset'); unarmed = [awp.status()['mode'], len(awp.status()['patched'])]\n"
+        "awp.apply('step'); second = awp.apply('bogus')\n"
+        "print(json.dumps([first, unarmed, second, awp.status()['mode']]))")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["off", ["off", 0], "step", "step"]
+    assert sum("apply(mode=...)='rset' is not one of" in line for line in proc.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("strict", ["0", "false", " ", "no"])
+def test_strict_set_to_no_is_as_lazy_as_unset(strict):
+    # armed by the .pth: the start-up path alone, the API only once a framework is imported
+    code = "import sys; print(sorted(m for m in sys.modules if m.startswith('accelerate_warmup_patch')))"
+    unset = run_python(code, env={"ACCELERATE_WARMUP_PATCH": "reset"})
+    proc = run_python(code, env={"ACCELERATE_WARMUP_PATCH": "reset", "ACCELERATE_WARMUP_PATCH_STRICT": strict})
+    assert proc.returncode == 0 == unset.returncode, proc.stderr[-3000:]
+    assert proc.stdout == unset.stdout == "['accelerate_warmup_patch']\n"
 
 
 def test_bad_value_is_warned_of_once_in_a_process_whose_site_packages_are_processed_twice(tmp_path):
@@ -232,6 +277,18 @@ def test_strict_stops_a_bad_value_before_the_program_through_the_pth(value):
     # this suite's venv has the real .pth, and site.py runs its lines twice: one line all the same
     proc = run_python(USER_CODE, env={"ACCELERATE_WARMUP_PATCH": value, STRICT: "1"})
     _says_what_is_wrong_and_how_to_fix_it(_the_one_line(proc, "SettingsError"), value)
+
+
+@pytest.mark.parametrize("command", [["{bin}/accelerate-warmup-patch"], ["{python}", "-m", "accelerate_warmup_patch"]])
+def test_strict_with_a_bad_value_still_lets_doctor_run_and_name_it(command):
+    python = Path(sys.executable)
+    argv = [part.format(bin=python.parent, python=python) for part in command]
+    proc = subprocess.run([*argv, "doctor", "--strict"], capture_output=True, text=True, timeout=600, cwd=REPO / "tests",
+                          env={**os.environ, "ACCELERATE_WARMUP_PATCH": "rset", STRICT: "1"})
+    assert proc.returncode == 1, proc.stderr[-3000:]  # doctor --strict's own verdict, not start-up's exit 2
+    assert "ACCELERATE_WARMUP_PATCH='rset' is NOT ACCEPTED" in proc.stdout.splitlines()[0], proc.stdout
+    # and any other interpreter of that environment still stops before its program
+    assert run_python(USER_CODE, env={"ACCELERATE_WARMUP_PATCH": "rset", STRICT: "1"}).returncode == 2
 
 
 def test_strict_stops_a_bad_value_before_the_program_through_sitecustomize(tmp_path):
