@@ -2,7 +2,7 @@
 
     python benchmarks/calls.py [--check] [--rounds 100] [--steps 200]
 
-A time per step moves with the machine (the steps benchmark's ratio spreads about ±5 % round to round); a
+A time per step moves with the machine (the steps benchmark's rounds spread about ±5 % on a quiet one); a
 count of calls does not. For each warmup scheduler class, on two roads (raw DeepSpeed: ``engine.backward``
 and ``engine.step``; accelerate: ``accelerator.backward``, whose ``DeepSpeedEngineWrapper.backward`` the patch
 wraps) and in each mode (unpatched, ``reset``, ``step``), one tiny real engine (CPU, gloo, one rank) is built
@@ -21,11 +21,13 @@ after the patched ones, and must count as the first did.
 The schedules warm up over 2 steps and decay over 1000, so every counted step is past the warmup and
 before the end: the same branch of each formula every step.
 
-``--check`` exits 1 unless, in ``reset`` mode, every function of the package called in a steady step is the
-wrapper of a per-step fix the guard table lists for this release (``releases.methods_to_fix``: a method of
-the scheduler the unpatched step calls, such as ``get_lr``), and unless a configuration for which the table
-lists none has no extra call at all, of either kind. ``step`` mode is counted and shown, not checked.
-Then the steps benchmark runs in the same process (``--rounds 0`` skips it) and prints its ratio.
+``--check`` exits 1 unless every run repeats and, in ``reset`` mode (issue #32's target), every function of
+the package entered in a steady step is the wrapper of a per-step fix: a method the guard table says carries
+a fix on this release (``releases.methods_to_fix``) and the unpatched step calls (``get_lr``,
+``get_lr_ratio``; a constructor's fix runs once, at the build). Where the table lists no such method for a
+scheduler class (0.19.4 and later: none for any), no extra call of either kind is allowed. ``step`` mode is
+counted and shown, not checked. Then the steps benchmark runs in the same process (``--rounds 0`` skips it)
+and its ratio is printed beside the count of its own configuration.
 """
 
 from __future__ import annotations
