@@ -300,12 +300,14 @@ def lint(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def benchmarks(session: nox.Session) -> None:
     """Every benchmark, each measured side by side in one run (minutes; not in CI): start-up, the
-    wrapped backward per call, steady-state steps of a real engine (DeepSpeed DEMO_DEEPSPEED)."""
+    wrapped backward per call, the calls per steady step of real engines and, beside them, the steady-state
+    steps' time (DeepSpeed DEMO_DEEPSPEED). Arguments go to calls.py: ``nox -s benchmarks -- --check``."""
     _install_stack(session, tiers.DEMO_DEEPSPEED)
     session.install(*_find_links(), "uv")
     session.run("python", "benchmarks/startup.py")
     session.run("python", "benchmarks/per_call.py")
-    session.run("python", "benchmarks/steps.py", env={"PYTHONUNBUFFERED": "1"})
+    # calls.py runs steps.py's measurement after its count, in the same process, and prints both
+    session.run("python", "benchmarks/calls.py", *session.posargs, env={"PYTHONUNBUFFERED": "1"})
 
 
 @nox.session(python="3.11")

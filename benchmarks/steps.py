@@ -2,6 +2,8 @@
 
     python benchmarks/steps.py [--rounds 100] [--steps 200]
 
+(``benchmarks/calls.py`` prints this ratio too, beside its count of calls per step.)
+
 One process, one engine (CPU, gloo, one rank): after 20 warm-up steps, rounds of ``--steps`` steps
 alternate between the patch removed and applied (ABBA order, so drift favours neither), and each
 round's time per step is compared with its neighbour's. Timing whole processes instead would
@@ -30,7 +32,11 @@ import accelerate_warmup_patch
 
 
 def _engine() -> Callable[[], None]:
+    from accelerate.state import AcceleratorState, GradientState
+
     harness.demo.set_up_single_process()
+    AcceleratorState._reset_state(True)  # benchmarks/calls.py built other Accelerators in this process before
+    GradientState._reset_state()
     accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=harness.ds_config(Spec())))
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 4)
@@ -54,30 +60,37 @@ def _per_step(step: Callable[[], None], steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
+def measure(rounds: int, steps: int) -> str:
+    """The ratio of patched to unpatched time per step (reset mode), as one line; the patch is removed after."""
+    accelerate_warmup_patch.remove()
+    step = _engine()
+    for _ in range(20):
+        step()
+    unpatched, patched = [], []
+    for round_ in range(rounds):
+        for patch_on in ((False, True) if round_ % 2 == 0 else (True, False)):
+            if patch_on:
+                accelerate_warmup_patch.apply()
+                step()  # its first call since apply(): the once-per-wrapper work, not steady state
+                patched.append(_per_step(step, steps))
+            else:
+                accelerate_warmup_patch.remove()
+                unpatched.append(_per_step(step, steps))
+    accelerate_warmup_patch.remove()
+    ratios = [p / u for p, u in zip(patched, unpatched)]
+    q = statistics.quantiles(ratios, n=4)
+    return (f"steady-state step: unpatched median {statistics.median(unpatched) * 1e3:.3f} ms, patched "
+            f"{statistics.median(patched) * 1e3:.3f} ms; ratio median {statistics.median(ratios):.3f} "
+            f"(IQR {q[0]:.3f}-{q[2]:.3f}), {rounds} rounds of {steps} steps")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
     del os.environ["ACCELERATE_WARMUP_PATCH"]
-    step = _engine()
-    for _ in range(20):
-        step()
-    unpatched, patched = [], []
-    for round_ in range(args.rounds):
-        for patch_on in ((False, True) if round_ % 2 == 0 else (True, False)):
-            if patch_on:
-                accelerate_warmup_patch.apply()
-                step()  # its first call since apply(): the once-per-wrapper work, not steady state
-                patched.append(_per_step(step, args.steps))
-            else:
-                accelerate_warmup_patch.remove()
-                unpatched.append(_per_step(step, args.steps))
-    ratios = [p / u for p, u in zip(patched, unpatched)]
-    q = statistics.quantiles(ratios, n=4)
-    print(f"steady-state step: unpatched median {statistics.median(unpatched) * 1e3:.3f} ms, patched "
-          f"{statistics.median(patched) * 1e3:.3f} ms; ratio median {statistics.median(ratios):.3f} "
-          f"(IQR {q[0]:.3f}-{q[2]:.3f}), {args.rounds} rounds of {args.steps} steps")
+    print(measure(args.rounds, args.steps))
     harness.demo.tear_down()
 
 
