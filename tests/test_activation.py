@@ -283,8 +283,8 @@ def test_strict_stops_a_bad_value_before_the_program_through_the_pth(value):
 def test_strict_with_a_bad_value_still_lets_doctor_run_and_name_it(command):
     python = Path(sys.executable)
     argv = [part.format(bin=python.parent, python=python) for part in command]
-    proc = subprocess.run([*argv, "doctor", "--strict"], capture_output=True, text=True, timeout=600, cwd=REPO / "tests",
-                          env={**os.environ, "ACCELERATE_WARMUP_PATCH": "rset", STRICT: "1"})
+    proc = subprocess.run([*argv, "doctor", "--strict"], capture_output=True, text=True, timeout=600,
+                          cwd=REPO / "tests", env={**os.environ, "ACCELERATE_WARMUP_PATCH": "rset", STRICT: "1"})
     assert proc.returncode == 1, proc.stderr[-3000:]  # doctor --strict's own verdict, not start-up's exit 2
     assert "ACCELERATE_WARMUP_PATCH='rset' is NOT ACCEPTED" in proc.stdout.splitlines()[0], proc.stdout
     # and any other interpreter of that environment still stops before its program

@@ -222,8 +222,8 @@ torch.manual_seed(0)
 rows = demo.train_deepspeed(demo.demo_config(), model, list(model.parameters()), 2)
 demo.tear_down()
 awp.remove()
-print(json.dumps({"lost": lost, "needs_fix": NEEDS_FIX, "lrs": [row[0] for row in rows], "newest": demo.newest_release_lrs(2),
-                  "said": said, "left": ours(lr_schedules.WarmupLR, "__init__")}))
+print(json.dumps({"lost": lost, "needs_fix": NEEDS_FIX, "lrs": [row[0] for row in rows],
+                  "newest": demo.newest_release_lrs(2), "said": said, "left": ours(lr_schedules.WarmupLR, "__init__")}))
 """)
     # WarmupLR.__init__ is wrapped only on a release that builds it wrong
     assert got["lost"] == (["deepspeed.runtime.lr_schedules.WarmupLR.__init__"] if got["needs_fix"] else [])
