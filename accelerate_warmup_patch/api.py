@@ -124,6 +124,7 @@ def status() -> "dict[str, Any]":
         "lost": wrapping.lost(),  # wrapped by this patch, then taken out by another tool
         "waiting_for": package._waiting(_patch),
         "fixes_applied": wrapping.state.fixes,
+        "would_fix": wrapping.state.would_fix,  # warn mode: the schedulers reset mode would have changed
         "not_fixed": list(wrapping.state.not_fixed),  # schedulers the patch saw and had to leave
         "strict": settings.strict(),
         "versions": {"deepspeed": deepspeed_version, "accelerate": releases.installed("accelerate")},

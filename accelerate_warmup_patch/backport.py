@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import failures, log, releases, schedules, wrapping
+from .settings import ENV_MODE, Mode
 
 # schedulers whose build-time behaviour the patch has decided on: one try each
 settled = schedules.Seen()
@@ -99,34 +100,63 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
         if not at_construction:  # built at a later iteration, the newest release too leaves its lr
             _name_unsettled(scheduler, name, version)
         return
-    peak: list[bool] = []
+    peak: list[Peak | None] = []
+    warn = wrapping.mode == Mode.WARN  # the same decisions and the same change, undone (schedules.change)
     changes = schedules.change(
         scheduler, "start", f"starting {name} where DeepSpeed {releases.BEHAVIOR_REFERENCE} starts it",
         lambda: peak.append(_build_as_newest(scheduler, name, construction, version, peak_known)),
-        "that scheduler runs exactly as unpatched (this warning is not repeated)")
-    if changes:
-        log.info("%s: %s %s (%s)", name, "; ".join(changes), when, _why(name, version))
-    if changes or any(peak):
+        "that scheduler runs exactly as unpatched (this warning is not repeated)", all_groups=warn)
+    moved = [(i, old, new) for i, old, new in changes or [] if old != new]
+    new_peak = peak[0] if peak and changes is not None else None
+    if warn and (moved or new_peak):
+        wrapping.state.would_fix += 1
+        _warn_instead(scheduler, name, version, changes or [], new_peak)
+        return
+    if moved:
+        log.info("%s: %s %s (%s)", name, schedules.said(moved), when, _why(name, version))
+    if moved or new_peak:
         wrapping.state.fixes += 1
 
 
+def _warn_instead(scheduler: Any, name: str, version: str, changes: list[schedules.Moved], peak: Peak | None) -> None:
+    """Warn mode: one line per scheduler, on rank 0, with what reset mode would change and nothing changed."""
+    parts = []
+    if any(old != new for _, old, new in changes):
+        parts.append(f"optimizer step 0 will run at lr {_lrs([old for _, old, _ in changes])} ({_why(name, version)}), "
+                     f"DeepSpeed {releases.BEHAVIOR_REFERENCE} runs it at {_lrs([new for *_, new in changes])}")
+    if peak is not None:
+        parts.append(f"with no warmup_max_lr its peak lr is {schedules.fmt(peak[0])} (DeepSpeed {version}: "
+                     f"{releases.warmup_max_lr_default(version).value}), DeepSpeed {releases.BEHAVIOR_REFERENCE}'s "
+                     f"is {schedules.fmt(peak[1])} (each group's own lr)")
+    log.warn_job_once(f"warn:{id(scheduler)}", "%s: %s; %s=reset fixes it", name, "; ".join(parts), ENV_MODE)
+
+
+def _lrs(values: list[float]) -> str:
+    """One group's lr as a number, several as a list."""
+    return repr(values[0]) if len(values) == 1 else schedules.fmt(values)
+
+
+# a WarmupLR's peak lrs before and after the newest default (PR #8171)
+Peak = tuple[list[Any], list[Any]]
+
+
 def _build_as_newest(scheduler: Any, name: str, construction: Construction | None, version: str,
-                     peak_known: bool) -> bool:
-    """What the newest constructor does after this release's: returns whether the peak changed."""
+                     peak_known: bool) -> Peak | None:
+    """What the newest constructor does after this release's: returns the peak's change, if it changed."""
     if releases.lacks("unknown_warmup_type", name, version) and scheduler.warmup_type not in ("log", "linear"):
         from deepspeed.utils import logger  # DeepSpeed's own words, as 0.19.4+ logs them (PR #8151)
 
         logger.warning(f"Using unknown warmup_type: {scheduler.warmup_type}. The increasing function "
                        f"is set to default (log)")
         scheduler.warmup_type = "log"
-    peak = peak_known and releases.lacks("default_peak", name, version) and \
-        _backport_default_peak(scheduler, name, construction, version)
+    peak = _backport_default_peak(scheduler, name, construction, version) \
+        if peak_known and releases.lacks("default_peak", name, version) else None
     if releases.lacks("start", name, version):  # the newest constructor's last line, asking the instance
         scheduler._last_lr = schedules.write(scheduler.optimizer.param_groups, scheduler.get_lr(), version)
     return peak
 
 
-def _backport_default_peak(scheduler: Any, name: str, construction: Construction | None, version: str) -> bool:
+def _backport_default_peak(scheduler: Any, name: str, construction: Construction | None, version: str) -> Peak | None:
     """WarmupLR without a warmup_max_lr peaks at each group's own lr on the newest release (PR #8171)."""
     try:
         if construction is None:
@@ -136,17 +166,18 @@ def _backport_default_peak(scheduler: Any, name: str, construction: Construction
         log.warn_once(f"peak-unknown:{id(scheduler)}", "%s was built before the patch was applied (%s): its "
                       "peak lr is left at %s; DeepSpeed %s would use each group's own lr if none was given",
                       name, unknown, schedules.fmt(list(scheduler.max_lrs)), releases.BEHAVIOR_REFERENCE)
-        return False
+        return None
     if new_max is None:
-        return False
+        return None
     old_max = list(scheduler.max_lrs)
     scheduler.max_lrs = new_max
     scheduler.delta_lrs = [big - small for big, small in zip(new_max, scheduler.min_lrs)]
-    log.warn_once(f"peak:{id(scheduler)}", "%s: no warmup_max_lr was given: peak lr %s -> %s (each group's own "
-                  "lr, the default of DeepSpeed %s; DeepSpeed %s's default is %s)", name, schedules.fmt(old_max),
-                  schedules.fmt(new_max), releases.BEHAVIOR_REFERENCE, version,
-                  releases.warmup_max_lr_default(version).value)
-    return True
+    if wrapping.mode != Mode.WARN:  # warn mode says it in its one line per scheduler (_warn_instead)
+        log.warn_once(f"peak:{id(scheduler)}", "%s: no warmup_max_lr was given: peak lr %s -> %s (each group's own "
+                      "lr, the default of DeepSpeed %s; DeepSpeed %s's default is %s)", name, schedules.fmt(old_max),
+                      schedules.fmt(new_max), releases.BEHAVIOR_REFERENCE, version,
+                      releases.warmup_max_lr_default(version).value)
+    return old_max, new_max
 
 
 def _name_unsettled(scheduler: Any, name: str, version: str) -> None:
@@ -217,7 +248,8 @@ def _get_lr(original: Callable[..., Any], version: str) -> Callable[..., Any]:
 
 def _get_lr_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
     result = wrapped(*args, **kwargs)  # before the first step it logs the release's warning, as the newest does
-    if wrapping.mode is None or instance is None:
+    mode = wrapping.mode  # wrapping.passing_through(), spelled out: this runs on every step
+    if mode is None or (mode == Mode.WARN and not getattr(wrapping.dry, "on", False)) or instance is None:
         return result
     try:
         if instance.last_batch_iteration < 0:
@@ -234,7 +266,9 @@ def _get_lr_ratio(original: Callable[..., Any], version: str) -> Callable[..., A
     past_warmup = releases.lacks("ratio_past_warmup", "WarmupCosineLR", version)
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-        if wrapping.mode is None or instance is None or args or kwargs:
+        mode = wrapping.mode  # wrapping.passing_through(), spelled out: this runs on every step
+        if mode is None or (mode == Mode.WARN and not getattr(wrapping.dry, "on", False)) or instance is None or \
+                args or kwargs:
             return wrapped(*args, **kwargs)  # it takes no arguments: given some, the original says so itself
         try:
             before = before_start and instance.last_batch_iteration < 0

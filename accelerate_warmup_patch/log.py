@@ -42,6 +42,13 @@ def warn_once(key: str, message: str, *args: object) -> None:
         _log(logging.WARNING, message, args)
 
 
+def warn_job_once(key: str, message: str, *args: object) -> None:
+    """A warning once per job: on rank 0, the first time ``key`` is seen; DEBUG on the other ranks."""
+    if key not in _warned:
+        _warned.add(key)
+        _log(logging.WARNING if rank() == 0 else logging.DEBUG, message, args)
+
+
 def _log(level: int, message: str, args: tuple[object, ...]) -> None:
     if not _unconfigured():
         logger.log(level, message, *args)

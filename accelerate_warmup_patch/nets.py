@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import backport, failures, log, releases, schedules, wrapping
-from .settings import Mode
+from .settings import ENV_MODE, Mode
 
 _netted = schedules.Seen()  # schedulers a net has seen (each is settled once)
 _looked = schedules.Seen()  # schedulers step mode has looked at, at their engine's first optimizer step
@@ -169,7 +169,7 @@ def _step_once(scheduler: Any) -> None:
     if changes is not None:
         wrapping.state.fixes += 1
         log.info("%s: stepped once before the first optimizer step: %s (mode=step: step k uses lr(k))", name,
-                 "; ".join(changes))
+                 schedules.said(changes))
 
 
 def align_after_load(engine: Any) -> None:
@@ -194,7 +194,13 @@ def align_after_load(engine: Any) -> None:
 
     changes = schedules.change(scheduler, "align", "aligning the lr after load_checkpoint", align,
                                "the lr after this load is left as DeepSpeed set it")
-    if changes:
+    if changes and wrapping.mode == Mode.WARN:  # a dry run: nothing was left changed
+        wrapping.state.would_fix += 1
+        log.warn_job_once(f"warn-align:{id(scheduler)}", "%s: after load_checkpoint the next optimizer step will run "
+                          "at lr %s (the optimizer's lr was not restored from the checkpoint), as DeepSpeed %s runs "
+                          "it: %s; %s=reset fixes it", name, schedules.fmt([old for _, old, _ in changes]),
+                          releases.BEHAVIOR_REFERENCE, schedules.fmt([new for *_, new in changes]), ENV_MODE)
+    elif changes:
         wrapping.state.fixes += 1
         log.info("%s: %s after load_checkpoint (the scheduler resumed at iteration %s; the optimizer's lr "
-                 "was not restored from the checkpoint)", name, "; ".join(changes), scheduler.last_batch_iteration)
+                 "was not restored from the checkpoint)", name, schedules.said(changes), scheduler.last_batch_iteration)

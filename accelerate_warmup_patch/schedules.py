@@ -14,7 +14,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from . import failures, releases
+from . import failures, releases, wrapping
+from .settings import Mode
 
 SCHEDULES_MODULE = "deepspeed.runtime.lr_schedules"
 KNOWN = releases.scheduler_classes()
@@ -87,24 +88,39 @@ def fmt(values: list[Any]) -> str:
     return "[" + ", ".join(repr(lr_value(v)) for v in values) + "]"
 
 
+# one group's lr before and after a change: (group index, old lr, new lr)
+Moved = tuple[int, float, float]
+
+
 def change(scheduler: Any, key: str, what: str, action: Callable[[], object], consequence: str,
-           all_groups: bool = False) -> list[str] | None:
+           all_groups: bool = False) -> list[Moved] | None:
     """The one way the patch changes a scheduler: snapshot, act, restore on error and report; returns the
-    groups' lr changes (every group's with ``all_groups``), or None when it failed and restored."""
+    groups' lr changes (every group's with ``all_groups``), or None when it failed and restored.
+
+    In warn mode the action runs as in reset mode, and then everything it changed is restored: the same
+    decisions, with nothing left written (the groups hold their very lr objects, with their values)."""
     saved = None
+    dry = wrapping.mode == Mode.WARN
     try:
         groups = scheduler.optimizer.param_groups
         saved = _snapshot(scheduler, groups)
         before = [lr_value(g["lr"]) for g in groups]
-        action()
+        with wrapping.dry_run(dry):
+            action()
         after = [lr_value(g["lr"]) for g in groups]
+        if dry:
+            _restore(scheduler, groups, saved)
     except Exception as error:
         if saved is not None:
             _restore(scheduler, groups, saved)
         failures.report(key, what, error, consequence)
         return None
-    return [f"group {i} lr {old!r} -> {new!r}" for i, (old, new) in enumerate(zip(before, after))
-            if all_groups or old != new]
+    return [(i, old, new) for i, (old, new) in enumerate(zip(before, after)) if all_groups or old != new]
+
+
+def said(changes: list[Moved]) -> str:
+    """``group 0 lr 0.001 -> 0.0; group 1 lr ...``: the changes for a log line."""
+    return "; ".join(f"group {i} lr {old!r} -> {new!r}" for i, old, new in changes)
 
 
 _Snapshot = tuple[dict[str, Any], list[Any], list[Any]]

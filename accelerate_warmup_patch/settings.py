@@ -15,15 +15,18 @@ class Mode:
 
     RESET = "reset"  # every release starts where the newest DeepSpeed starts
     STEP = "step"  # PyTorch convention: optimizer step k uses the schedule's lr(k)
+    WARN = "warn"  # every lr as unpatched; one warning per scheduler that reset mode would change
     OFF = "off"  # nothing is patched
 
 
 _ALIASES: "dict[str, str]" = {
     **dict.fromkeys(("reset", "1", "true", "on", "yes", "enable", "enabled"), Mode.RESET),
     "step": Mode.STEP,
+    "warn": Mode.WARN,
     **dict.fromkeys(("off", "0", "false", "no", "none", "disable", "disabled"), Mode.OFF),
 }
-ACCEPTED = "reset (or 1, true, on, yes, enable, enabled), step, off (or 0, false, no, none, disable, disabled)"
+ACCEPTED = ("reset (or 1, true, on, yes, enable, enabled), step, warn, off (or 0, false, no, none, disable, "
+            "disabled)")
 DEFAULT = Mode.RESET  # what an import arms when ACCELERATE_WARMUP_PATCH is unset or blank
 # the one spelling rule of ACCELERATE_WARMUP_PATCH_STRICT; __init__.py, which may not import this module at
 # start-up, spells the same tuple out

@@ -9,15 +9,17 @@ imported (it costs ~50 ms): api.py reads and sets the switch without it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
 from . import log, releases
+from .settings import Mode
 
 # the switch: None while nothing is armed; the wrappers read it on every call
 mode: str | None = None
@@ -25,6 +27,26 @@ mode: str | None = None
 # run, so that any interleaving of them from several threads ends as one of them run alone. Re-entrant: apply()
 # may call remove(), and a hook that apply() fires applies. Never held across an import of a framework.
 lock = threading.RLock()
+# set in a thread while warn mode's dry run of a change runs (schedules.change): the wrappers whose value a
+# change reads (get_lr, get_lr_ratio) act as in reset mode then, and pass through the rest of the time
+dry = threading.local()
+
+
+@contextlib.contextmanager
+def dry_run(on: bool) -> Iterator[None]:
+    """While it is open (and ``on``), this thread's wrappers compute as in reset mode."""
+    before = getattr(dry, "on", False)
+    dry.on = on or before
+    try:
+        yield
+    finally:
+        dry.on = before
+
+
+def passing_through() -> bool:
+    """Whether a wrapper that changes what a scheduler method returns passes through now: unarmed, or in warn
+    mode outside a dry run. The per-step wrappers spell this out (a call costs a step)."""
+    return mode is None or (mode == Mode.WARN and not getattr(dry, "on", False))
 
 
 @dataclass
@@ -65,6 +87,7 @@ class _State:
     wrapped: list[_Wrapped] = field(default_factory=list)
     deepspeed_version: str | None = None  # as deepspeed's hook saw it
     fixes: int = 0
+    would_fix: int = 0  # warn mode: the schedulers reset mode would have changed
     not_fixed: list[str] = field(default_factory=list)  # one line per scheduler the patch had to leave wrong
 
 
