@@ -27,7 +27,11 @@ AFFECTED, NOT_AFFECTED, UNKNOWN, UNREADABLE = "affected", "not affected", "unkno
 _MODEL_STATES = re.compile(r"^(?:zero_pp_rank_(\d+)_)?mp_rank_(\d+)_model_states\.pt$")
 # one save of a run that saves many: the HF Trainer's checkpoint-N, accelerate's automatic checkpoint_N
 _SAVE_ROUND = re.compile(r"^checkpoint[-_](\d+)$")
-_WARMUP = {"WarmupLR", "WarmupDecayLR"}  # start at warmup_min_lr; WarmupCosineLR starts at 0.0
+# where each class starts every group on 0.19.8: the param, and its default (None: required); WarmupCosineLR at
+# 0.0 (lr_schedules.py @ v0.19.8: the constructors' defaults, get_lr() at iteration -1)
+_START: dict[str, tuple[str | None, float | None]] = {
+    "WarmupLR": ("warmup_min_lr", 0.0), "WarmupDecayLR": ("warmup_min_lr", 0.0), "WarmupCosineLR": (None, 0.0),
+    "OneCycle": ("cycle_min_lr", None), "LRRangeTest": ("lr_range_test_min_lr", 1e-3)}
 
 
 class NoRun(Exception):
@@ -199,13 +203,19 @@ def _judge(report: dict[str, Any], scheduler: str, params: dict[str, Any], versi
         level = releases.deepspeed_support(version)
     except ValueError:
         return _unreadable(report, f"ds_version {version!r} is not a release number")
-    if releases.never_affected(scheduler):
-        report["verdict"], report["why"] = NOT_AFFECTED, f"{scheduler} sets the lr when built, on every release"
-        return report
     if scheduler not in releases.scheduler_classes():
         report["why"] = f"scheduler type {scheduler!r} is not one of DeepSpeed's the table knows"
         return report
     fact = releases.start_fact(scheduler, version)
+    groups = report["param_groups"]
+    if releases.never_affected(scheduler):
+        if fact is not None:
+            ran, newest = step0_lrs(fact.start, scheduler, params, report["optimizer_lr"], groups or 1)
+            report["step0_lr"], report["newest_step0_lr"] = ran[0], newest[0]
+            if groups:
+                report["step0_lrs"], report["newest_step0_lrs"] = ran, newest
+        report["verdict"], report["why"] = NOT_AFFECTED, f"{scheduler} sets the lr when built, on every release"
+        return report
     if level is releases.Support.UNSUPPORTED or fact is None:
         report["why"] = (f"DeepSpeed {version} is older than the guard table ({releases.DEEPSPEED_FLOOR}) or has no "
                          f"{scheduler}: the table does not say what it did")
@@ -213,7 +223,6 @@ def _judge(report: dict[str, Any], scheduler: str, params: dict[str, Any], versi
     if level is releases.Support.UNTESTED:
         report["notes"].append(f"DeepSpeed {version} is newer than the table: assumed to run as "
                                f"{releases.NEWEST_DEEPSPEED}")
-    groups = report["param_groups"]
     ran, newest = step0_lrs(fact.start, scheduler, params, report["optimizer_lr"], groups or 1)
     report["step0_lr"], report["newest_step0_lr"] = ran[0], newest[0]
     if groups:
@@ -254,21 +263,19 @@ def _judge(report: dict[str, Any], scheduler: str, params: dict[str, Any], versi
     return report
 
 
-def step0_lrs(start: releases.Start, scheduler: str, params: dict[str, Any], lr: float | None,
+def step0_lrs(how: releases.Start, scheduler: str, params: dict[str, Any], lr: float | None,
               groups: int) -> tuple[list[float | None], list[float | None]]:
     """The lr each group ran optimizer step 0 at on a release that starts the class this way, and on 0.19.8
-    (every group at its warmup start: warmup_min_lr, or 0.0 for WarmupCosineLR). Group 0 runs at the
-    optimizer's lr from the config; groups 1+ at their own lr, which no checkpoint holds (None)."""
-    if scheduler in _WARMUP:
-        minimum = params.get("warmup_min_lr", 0.0)
-        newest = [_number(m) for m in minimum] if isinstance(minimum, list) else [_number(minimum)] * groups
-        newest = (newest + [None] * groups)[:groups]
-    else:
-        newest = [0.0] * groups
+    (every group at its start: warmup_min_lr, 0.0 for WarmupCosineLR, cycle_min_lr for OneCycle). Group 0 runs
+    at the optimizer's lr from the config; groups 1+ at their own lr, which no checkpoint holds (None)."""
+    name, default = _START[scheduler]
+    start = params.get(name, default) if name else default
+    newest = [_number(m) for m in start] if isinstance(start, (list, tuple)) else [_number(start)] * groups
+    newest = (newest + [None] * groups)[:groups]
     own: list[float | None] = [lr] + [None] * (groups - 1)
-    if start is releases.Start.SETS_EVERY_GROUP:
+    if how is releases.Start.SETS_EVERY_GROUP:
         return list(newest), newest
-    if start is releases.Start.SETS_GROUP_0_ONLY:
+    if how is releases.Start.SETS_GROUP_0_ONLY:
         return [newest[0], *own[1:]], newest
     return own, newest
 
@@ -285,8 +292,8 @@ def _applied(change: releases.Change, report: dict[str, Any], params: dict[str, 
             if lr is None:
                 return None, "no warmup_max_lr: the peak was 0.001, 0.19.8's is the optimizer's lr (not in the file)"
         if groups is None or groups > 1:
-            return None, (f"no warmup_max_lr: groups 1+ peaked at {peak.value}, 0.19.8 at each group's own lr "
-                          "(the file does not hold the groups' lrs)")
+            return None, (f"no warmup_max_lr: the peak was {peak.value}, 0.19.8's is each group's own lr; groups 1+ "
+                          "differ unless their lr was that peak (the file does not hold the groups' lrs)")
         return False, ""
     if change.key == "ratio_past_warmup":
         return _past_the_cosine(params, report["last_batch_iteration"])
