@@ -6,7 +6,9 @@ Writes two DeepSpeed-shaped checkpoints with torch (``torch.save`` of a model-st
 checkpoint engine saves one; ``latest`` names the tag): a toy one (a 4x4 tensor) and one whose module holds a
 float32 tensor of ``--gib`` GiB. Audits each in a fresh ``python -S`` (no site-packages: no torch) and prints
 its wall time and peak RSS, taken from ``os.wait4`` of that child alone. ``--torch-load`` also measures
-``torch.load(weights_only=False)`` of the big file, what DeepSpeed itself does when it resumes.
+``torch.load(weights_only=False)`` of the big file, what DeepSpeed itself does when it resumes. The files are
+written by a child of their own: Linux counts the memory a child's parent held when it started the child
+into the child's peak (the exec'd-from memory), so this process stays small and never imports torch.
 Measurements, not assertions (docs/audit.md keeps the figures).
 """
 
@@ -24,9 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def write_run(folder: Path, numel: int) -> Path:
+def write_run(run: str, numel: int) -> None:
     import torch
 
+    folder = Path(run)
     tag = folder / "global_step6"
     tag.mkdir(parents=True)
     (folder / "latest").write_text("global_step6")
@@ -38,9 +41,7 @@ def write_run(folder: Path, numel: int) -> Path:
                       "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 1e-3,
                                                                    "warmup_num_steps": 5}}},
     }
-    file = tag / "mp_rank_00_model_states.pt"
-    torch.save(state, file)
-    return file
+    torch.save(state, tag / "mp_rank_00_model_states.pt")
 
 
 def measure(argv: list[str]) -> tuple[float, int, int]:
@@ -62,8 +63,12 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(args.folder or tempfile.mkdtemp(prefix="awp-audit-bench-"))
     try:
-        toy = write_run(folder / "toy", 16)
-        big = write_run(folder / "big", int(args.gib * 2**30) // 4)
+        write = "import sys; sys.path.insert(0, {!r}); import audit_memory; audit_memory.write_run({!r}, {})"
+        here = str(Path(__file__).parent)
+        toy, big = folder / "toy", folder / "big"
+        for run, numel in ((toy, 16), (big, int(args.gib * 2**30) // 4)):
+            subprocess.run([sys.executable, "-c", write.format(here, str(run), numel)], check=True)
+        toy, big = (run / "global_step6" / "mp_rank_00_model_states.pt" for run in (toy, big))
         audit = [sys.executable, "-S", "-m", "accelerate_warmup_patch", "audit"]
         for name, file in (("toy", toy), ("big", big)):
             seconds, mib, code = measure([*audit, str(file.parent.parent)])
