@@ -143,8 +143,9 @@ def matrix_engine(session: nox.Session, deepspeed: str) -> None:
     _install_stack(session, deepspeed)
     _own_ports(session, "matrix_engine", tiers.ENGINE_TIER.index(deepspeed))
     _matrix_run(session, "engine")
-    # the scheduler cases of tests/cases.py on every release, against 0.19.8's golden values
-    selected = ["tests/test_cases.py"]
+    # the scheduler cases of tests/cases.py on every release, against 0.19.8's golden values; the audit of
+    # this release's own checkpoints against the step-0 lrs its runs recorded
+    selected = ["tests/test_cases.py", "tests/test_audit.py"]
     if deepspeed == tiers.ENGINE_TIER[0]:
         selected += ["tests/test_roads.py", "tests/test_multinode.py", "-k",
                      "not two_node and not deepspeed_env and not ssh_alone"]

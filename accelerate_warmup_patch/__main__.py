@@ -1,4 +1,4 @@
-"""The command line: ``accelerate-warmup-patch {doctor,demo,status}`` (or ``python -m accelerate_warmup_patch``)."""
+"""The command line: ``accelerate-warmup-patch {doctor,demo,status,audit}`` (``python -m accelerate_warmup_patch``)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ EPILOG = """\
 exit codes:
   0  done; doctor: nothing --strict fails on (or --strict not given)
   1  doctor --strict: an affected job would run unpatched, or ACCELERATE_WARMUP_PATCH holds a value it
-     does not accept; demo: the patched run did not start at the warmup lr
-  2  usage error, an unreadable --config, or what demo needs is missing (torch, DeepSpeed, matplotlib)
+     does not accept; demo: the patched run did not start at the warmup lr; audit: a run is affected
+  2  usage error, an unreadable --config, or what demo needs is missing (torch, DeepSpeed, matplotlib);
+     audit: a PATH with no readable DeepSpeed checkpoint
   141  the reader closed the output early (`| head`): the rest is dropped, nothing is printed, as for a tool
      that SIGPIPE ends (128 + 13)"""
 BROKEN_PIPE = 141
@@ -49,6 +50,12 @@ Without options: what a process started with this environment would do (the envi
 the .pth, sitecustomize) and which interpreters the switch reaches, asked of each, without importing
 torch or deepspeed. --live starts such a process,
 imports deepspeed and accelerate in it, and prints its status(): mode, wrappers, verdicts."""
+AUDIT = """\
+Reads the DeepSpeed checkpoints of finished runs (each PATH: a checkpoint folder with `latest`, one tag
+folder, a Trainer output folder, or a folder of many runs, searched) and says per run, from its newest
+tag: the release that wrote it, its scheduler, the lr optimizer step 0 ran at and the lr DeepSpeed 0.19.8
+runs it at, and a verdict: affected, not affected, unknown or unreadable. No checkpoint code runs (plain
+data only) and no tensor is read; needs neither torch nor deepspeed."""
 
 
 PYTHON_FLAGS = ("the job's own interpreter flags, as one word with '=' (--python-flags=-S, --python-flags='-X dev'): "
@@ -67,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="accelerate-warmup-patch", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=raw)
     parser.add_argument("--version", action="version", version=_version())
-    commands = parser.add_subparsers(dest="command", title="commands", metavar="{doctor,demo,status}")
+    commands = parser.add_subparsers(dest="command", title="commands", metavar="{doctor,demo,status,audit}")
     doctor = commands.add_parser("doctor", help="am I affected, and would a new process run patched?",
                                  description=DOCTOR, epilog=DOCTOR_EPILOG, formatter_class=raw)
     doctor.add_argument("--json", action="store_true", help="one JSON object on stdout (key 'state': the verdict)")
@@ -90,7 +97,11 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="one JSON object on stdout")
     status.add_argument("--live", action="store_true", help="start such a process, import deepspeed in it, report")
     status.add_argument("--python-flags", metavar="FLAGS", default="", help=PYTHON_FLAGS)
-    for sub in (doctor, demo, status):
+    audit = commands.add_parser("audit", help="were finished runs hurt? reads their DeepSpeed checkpoints",
+                                description=AUDIT, formatter_class=raw)
+    audit.add_argument("paths", metavar="PATH", nargs="+", help="a checkpoint, tag, Trainer output or runs folder")
+    audit.add_argument("--json", action="store_true", help="a JSON list, one object per run, on stdout")
+    for sub in (doctor, demo, status, audit):
         sub.set_defaults(parser=sub)  # a typo among its options prints its own usage
     return parser
 
@@ -117,6 +128,10 @@ def _run(argv: list[str] | None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.command == "audit":
+        from . import audit as audit_module
+
+        return audit_module.main(args.paths, as_json=args.json)
     if args.command == "demo":
         from . import demo as demo_module
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import child, doctor_config, releases, settings
+from . import child, config_facts, doctor_config, releases, settings
 
 PTH = "accelerate_warmup_patch.pth"
 SCHEMA = 2  # doctor --json's layout (docs/doctor.md); a change that removes or renames a key bumps it
@@ -246,10 +246,8 @@ def _scope(deepspeed: str, config: dict[str, Any] | None) -> tuple[str, list[str
         if releases.lacks("start", name, deepspeed):
             affected.append(f"{name}, groups 1+" if fact.start is releases.Start.SETS_GROUP_0_ONLY else name)
             continue
-        missing = releases.backports_for(name, deepspeed, params) if config else releases.missing_backports(
-            name, deepspeed)
-        for change in {c.key: c for c in missing}.values():  # the table is in release order: the newest wins
-            backports.setdefault(f"{change.key.replace('_', ' ')} ({change.pr})", []).append(name)
+        for change in config_facts.differences(name, deepspeed, params if config else None):
+            backports.setdefault(config_facts.label(change), []).append(name)
     if affected:
         return "affected", affected, backports
     return ("backports" if backports else "fixed-upstream"), [], backports
@@ -308,7 +306,7 @@ def config_section(path: str, lr: float | None, group_lrs: list[float] | None, s
         "path": path, "via": loaded.via or None, "scheduler": planned.scheduler, "params": planned.params,
         "lr": planned.lr, "group_lrs": planned.group_lrs, "auto": planned.autos, "missing": planned.missing,
         "lrs": None, "lrs_not_computed": None, "warmup_type": None,
-        "warnings": _refused_later(planned.scheduler, planned.params)}
+        "warnings": config_facts.refused_later(planned.scheduler, planned.params)}
     if planned.scheduler is None:
         section["lrs_not_computed"] = "no DeepSpeed scheduler: the lrs are the optimizer's and your scheduler's"
     elif deepspeed is None:
@@ -330,22 +328,6 @@ def config_section(path: str, lr: float | None, group_lrs: list[float] | None, s
                                           "default": lrs.pop("default_warmup_type")}
             section["lrs"] = {k: v for k, v in lrs.items() if k not in ("warmup_type", "default_warmup_type")}
     return section
-
-
-def _refused_later(scheduler: str | None, params: dict[str, Any]) -> list[str]:
-    """Where a newer DeepSpeed's constructor would raise on these params: the release, its PR and the fix."""
-    if scheduler is None or "warmup_num_steps" not in params:
-        return []
-    value = params["warmup_num_steps"]
-    change = next(c for c in releases.UPSTREAM_CHANGES if c.key == "validation")
-    if value == doctor_config.AUTO or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
-        return []
-    if not any(name.strip() == releases._INHERITS.get(scheduler, scheduler) for name in change.scheduler.split(",")):
-        return []
-    kind = "" if isinstance(value, int) else " (an int)"
-    return [f"warmup_num_steps={value}: DeepSpeed {change.release} and newer ({change.pr}) raise ValueError when "
-            f"building {scheduler} (\"warmup_num_steps must be a positive integer\"): set it to 1 or more{kind}; "
-            f"older releases run it as max(2, warmup_num_steps) steps"]
 
 
 def report(config_args: dict[str, Any] | None = None, python_flags: list[str] | None = None) -> dict[str, Any]:

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from . import child
+from .config_facts import AUTO
 
 STEPS = 4  # optimizer steps 0..3
-AUTO = "auto"
 
 # what fills an "auto" value, per key (transformers' integrations/deepspeed.py trainer_config_process and
 # trainer_config_finalize; accelerate's Accelerator._prepare_deepspeed with a DummyOptim/DummyScheduler)

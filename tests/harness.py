@@ -74,7 +74,7 @@ class Spec:
     patch: str = "none"
     mode: str | None = None  # apply(mode=...) for patch in (before, after)
     torch_scheduler: bool = False  # a client torch scheduler instead of DeepSpeed's
-    save_to: str | None = None  # save a DeepSpeed checkpoint here after training
+    save_to: str | None = None  # save a DeepSpeed checkpoint here after training (accelerate: save_state)
     resume_from: str | None = None  # load this checkpoint before training
     load_optimizer_states: bool = True
     load_lr_scheduler_states: bool = True
@@ -223,6 +223,8 @@ def run_accelerate(spec: Spec) -> list[list[float | None]]:
             scheduler.step()
             optimizer.zero_grad()
         recorder.flush()
+    if spec.save_to:
+        accelerator.save_state(spec.save_to)  # the engine's save_checkpoint, tag "pytorch_model"
     return recorder.rows
 
 

@@ -81,7 +81,7 @@ def test_console_script_is_installed():
 def test_help_lists_only_the_public_commands_and_the_exit_codes():
     proc = _cli("--help")
     assert proc.returncode == 0
-    assert "{doctor,demo,status}" in proc.stdout and "exit codes:" in proc.stdout
+    assert "{doctor,demo,status,audit}" in proc.stdout and "exit codes:" in proc.stdout
     assert "_demo" not in proc.stdout and "SUPPRESS" not in proc.stdout and "table" not in proc.stdout
     assert "``" not in proc.stdout  # no reST markup
 
