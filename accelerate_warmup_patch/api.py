@@ -3,7 +3,7 @@
 Loaded when deepspeed or accelerate is first imported in a process that imported the package, or
 when one of these names is first used; the package's ``_arm`` then applies the patch for whoever
 imported the package before. Imports neither torch, deepspeed, accelerate nor wrapt: targets.py
-wraps what it must the moment deepspeed or accelerate is imported, or at once if they already are.
+wraps what it must the moment deepspeed is imported, or at once if it already is.
 """
 
 import sys
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # typing is for the type checker only; nothing here needs it 
 _LAUNCHER = "deepspeed.launcher.multinode_runner"  # launcher.MODULE, without loading launcher.py
 _DEEPSPEED_SCHEDULES = "deepspeed.runtime.lr_schedules"  # imported by deepspeed/__init__.py
 # the modules targets.PATCHERS patches, by name: a hook waits for a name, and targets.py loads wrapt
-WAITS_FOR = ("deepspeed", "accelerate.utils.deepspeed", _LAUNCHER)
+WAITS_FOR = ("deepspeed", _LAUNCHER)
 _applied_by: "list[str]" = []
 
 

@@ -1,10 +1,11 @@
 """The nets: for a scheduler the constructor's fix (backport.py) did not see, on every road to a step.
 
-- ``deepspeed.initialize`` and accelerate's ``DeepSpeedEngineWrapper.backward`` settle a scheduler built
-  before the patch was applied (``prepare_first_step``); ``apply()`` after deepspeed was imported settles
-  the live ones once (``settle_live``, the late scan).
-- ``step`` mode: the engine's optimizer step (``releases.optimizer_step_method``) looks at its scheduler
-  just before the first one, and steps it once only if it is still fresh (user code may have stepped it).
+- ``deepspeed.initialize`` (accelerate and the HF Trainer build their engines through it too) settles a
+  scheduler built before the patch was applied (``prepare_first_step``); ``apply()`` after deepspeed was
+  imported settles the live ones once (``settle_live``, the late scan). Nothing of this runs per step.
+- ``step`` mode (wrapped in step mode only): the engine's optimizer step (``releases.optimizer_step_method``)
+  looks at its scheduler just before the first one, and steps it once only if it is still fresh (user code
+  may have stepped it).
 - ``DeepSpeedEngine.load_checkpoint``: on a release that starts the class wrong, or in step mode, the
   optimizer's lr is aligned with the scheduler the checkpoint restored when the optimizer's lr was not.
 
@@ -37,13 +38,6 @@ def initialize_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kw
 def _first_of(result: Any) -> Any:
     """The engine of ``deepspeed.initialize``'s tuple, the load path of ``load_checkpoint``'s."""
     return result[0] if isinstance(result, tuple) and result else result
-
-
-def backward_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-    """accelerate's ``DeepSpeedEngineWrapper.backward``: its engine, before the step it may take."""
-    if wrapping.mode is not None:
-        prepare_first_step(getattr(instance, "engine", None))
-    return wrapped(*args, **kwargs)
 
 
 def optimizer_step_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
@@ -85,12 +79,12 @@ def prepare_first_step(engine: Any, when: str = "before the first optimizer step
     as the constructor's fix would have. Step mode's step waits for the optimizer step itself."""
     try:
         scheduler = getattr(engine, "lr_scheduler", None)
-        if scheduler is None or id(scheduler) in _netted.ids:  # every backward: no Python-level call
+        if scheduler is None or id(scheduler) in _netted.ids:  # every backward: one set lookup
             return
         _netted.add(scheduler)
         if scheduler not in backport.settled:
             backport.settle(scheduler, _construction_from_config(engine, scheduler), when)
-    except Exception as error:  # the nets run inside the user's initialize and backward: never break them
+    except Exception as error:  # the nets run inside the user's initialize and optimizer step: never break them
         failures.report("net", "preparing the scheduler for the first optimizer step", error,
                         "that scheduler runs as this DeepSpeed made it")
 

@@ -63,13 +63,6 @@ class MaxLrFact:
     source: str
 
 
-@dataclass(frozen=True)
-class BackwardFact:
-    span: Span
-    signature: str
-    source: str
-
-
 def installed(distribution: str) -> str | None:
     """The release of ``distribution`` in this process: the imported module's ``__version__`` when it
     is imported (what runs), else the installed metadata's (nothing is imported); None if absent."""
@@ -237,7 +230,7 @@ def writes_through_update_lr(deepspeed_version: str) -> bool:
 def built_wrong(scheduler: str, deepspeed_version: str) -> bool:
     """True where this release builds a scheduler of this class otherwise than the newest does (a backported
     change of the constructor is missing: the start lr, the default peak, an unknown warmup_type): the only
-    schedulers the constructor's fix and the nets (initialize, backward) ever change."""
+    schedulers the constructor's fix and the nets (initialize, load_checkpoint, step mode's) ever change."""
     return any(c.method == "__init__" for c in missing_backports(scheduler, deepspeed_version))
 
 
@@ -345,17 +338,6 @@ ADD_EXPORT_QUOTING: tuple[QuotingFact, ...] = (
 ACCELERATE_FLOOR = "0.10.0"  # before it, DeepSpeedEngineWrapper subclassed DeepSpeedEngine
 NEWEST_ACCELERATE = "1.15.0"
 ACCELERATE_CPU_FLOOR = "0.29.0"  # older releases force nccl and cuda devices for DeepSpeed
-
-_ACC = "src/accelerate/utils/deepspeed.py"
-BACKWARD_SIGNATURES: tuple[BackwardFact, ...] = (
-    BackwardFact(Span("0.10.0", "0.16.0", NEWEST_ACCELERATE), "backward(self, loss)",
-                 f"{_ACC} @ v0.10.0..v0.16.0: wraps self.engine, then engine.backward + engine.step"),
-    BackwardFact(Span("0.17.0", "1.7.0", NEWEST_ACCELERATE), "backward(self, loss, **kwargs)",
-                 f"{_ACC} @ v0.17.0..v1.7.0"),
-    BackwardFact(Span("1.8.0", None, NEWEST_ACCELERATE), "backward(self, loss, sync_gradients=True, **kwargs)",
-                 f"{_ACC} @ v1.8.0..v1.15.0: engine.step() only when sync_gradients"),
-)
-
 
 # Lookups ---------------------------------------------------------------------------------
 

@@ -1,9 +1,11 @@
-"""What the patch wraps in deepspeed and accelerate on this release, each right after its module's import.
+"""What the patch wraps in deepspeed on this release, each right after its module's import.
 
 ``PATCHERS`` maps each module api.py waits for to the function that patches it: deepspeed's hook reaches
 its submodules itself (deepspeed/__init__.py has imported them by then, and only then is
 deepspeed.__version__, which decides what is wrapped, set). Below a table's floor nothing is wrapped, and
-that is said once; above its newest release, that is said once too.
+that is said once; above its newest release, that is said once too. Nothing runs on a steady optimizer step
+unless it acts there: the scheduler methods a release lacks a formula of (``releases.methods_to_fix``), and
+step mode's net; accelerate's own code is not wrapped (it builds its engine through ``deepspeed.initialize``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable
 from types import ModuleType
 
 from . import backport, failures, launcher, log, nets, releases, schedules, wrapping
+from .settings import Mode
 
 
 def patch_deepspeed(module: ModuleType) -> None:
@@ -30,27 +33,18 @@ def patch_deepspeed(module: ModuleType) -> None:
         wrapping.wrap(cls, method, backport.WRAPPERS[method](vars(cls)[method], version))
     wrapping.wrap(module, "initialize", nets.initialize_wrapper)
     wrapping.wrap(engine_class, "load_checkpoint", nets.load_checkpoint_wrapper(vars(engine_class)["load_checkpoint"]))
+    if wrapping.mode == Mode.STEP:  # the one per-step net, where it acts (apply("step") later adds it)
+        _wrap_optimizer_step(engine_class, version)
+
+
+def _wrap_optimizer_step(engine_class: type, version: str) -> None:
     optimizer_step = releases.optimizer_step_method(version)
     if optimizer_step is not None and optimizer_step in vars(engine_class):
         wrapping.wrap(engine_class, optimizer_step, nets.optimizer_step_wrapper)
-    else:  # an untested release that moved it: reset mode is whole, step mode has no moment to act
+    else:  # an untested release that moved it: step mode has no moment to act
         failures.report("optimizer-step", f"finding DeepSpeedEngine.{optimizer_step}, where step mode acts",
                         LookupError(f"DeepSpeed {version} has no DeepSpeedEngine.{optimizer_step}"),
                         "step mode steps no scheduler; everything else applies")
-
-
-def patch_accelerate(module: ModuleType) -> None:
-    """accelerate's backward, a net for DeepSpeed engines: only where DeepSpeed itself is patched."""
-    if releases.deepspeed_support(wrapping.deepspeed_version()) is releases.Support.UNSUPPORTED:
-        return  # deepspeed's own hook says why, once
-    version = str(getattr(sys.modules.get("accelerate"), "__version__", "0"))
-    level = releases.accelerate_support(version)
-    engine_wrapper = getattr(module, "DeepSpeedEngineWrapper", None)
-    if level is not releases.Support.UNSUPPORTED and (engine_wrapper is None or "backward" not in vars(engine_wrapper)):
-        raise LookupError(f"accelerate {version} has no DeepSpeedEngineWrapper.backward")
-    if _supported("acc", "accelerate", version, level, releases.ACCELERATE_FLOOR, releases.NEWEST_ACCELERATE,
-                  "its DeepSpeedEngineWrapper.backward is not patched (DeepSpeed's side still is)", ""):
-        wrapping.wrap(engine_wrapper, "backward", nets.backward_wrapper)
 
 
 def _supported(key: str, framework: str, version: str, level: releases.Support, floor: str, newest: str,
@@ -70,6 +64,5 @@ def _supported(key: str, framework: str, version: str, level: releases.Support, 
 # (api.WAITS_FOR names the same modules, without loading this one)
 PATCHERS: dict[str, Callable[[ModuleType], None]] = {
     "deepspeed": patch_deepspeed,
-    "accelerate.utils.deepspeed": patch_accelerate,
     launcher.MODULE: launcher.patch_runners,
 }

@@ -122,10 +122,6 @@ def matrix_page(results: dict[str, Row]) -> str:
               "(`releases.UPSTREAM_CHANGES`, read from `deepspeed/runtime/lr_schedules.py` at each tag and the PR):",
               ""]
     lines += _changes_table()
-    lines += ["", "accelerate's `DeepSpeedEngineWrapper.backward`, which the patch wraps:", ""]
-    lines += _table(["accelerate releases", "signature", "source"],
-                    ([f.span, f"`{f.signature}`",
-                      f.source] for f in releases.BACKWARD_SIGNATURES))
     lines += ["", "Where a DeepSpeed engine takes its optimizer step, and `step` mode looks at the scheduler just "
               "before the first one:", ""]
     lines += _table(["DeepSpeed releases", "`DeepSpeedEngine` method", "source"],

@@ -18,7 +18,7 @@ from conftest import GOLDEN, Spec, run_python, run_specs
 from accelerate_warmup_patch import settings
 
 # the modules the patch waits for, as status() names them
-WAITS_FOR = ["deepspeed", "accelerate.utils.deepspeed", "deepspeed.launcher.multinode_runner"]
+WAITS_FOR = ["deepspeed", "deepspeed.launcher.multinode_runner"]
 
 REPO = Path(__file__).resolve().parent.parent
 

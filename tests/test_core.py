@@ -171,15 +171,18 @@ originals = (deepspeed.initialize, acc.DeepSpeedEngineWrapper.__dict__['backward
              lr_schedules.WarmupLR.__dict__['__init__'], DeepSpeedEngine.__dict__['load_checkpoint'],
              DeepSpeedEngine.__dict__['_take_model_step'])
 import accelerate_warmup_patch as awp
-awp.apply(); awp.apply(mode="step"); awp.apply()
+awp.apply()
+reset_only = sorted(awp.status()["patched"])
+awp.apply(mode="step"); awp.apply()
 wrapped = deepspeed.initialize
 assert wrapped is not originals[0] and wrapped.__wrapped__ is originals[0], "one wrap, exactly"
 from accelerate_warmup_patch import releases
 methods = [f"deepspeed.runtime.lr_schedules.{c}.{m}" for c, m in releases.methods_to_fix(deepspeed.__version__)]
-assert sorted(awp.status()["patched"]) == sorted(methods + ["deepspeed.initialize",
-    "deepspeed.runtime.engine.DeepSpeedEngine.load_checkpoint",
-    "deepspeed.runtime.engine.DeepSpeedEngine._take_model_step",
-    "accelerate.utils.deepspeed.DeepSpeedEngineWrapper.backward"]), awp.status()
+# nothing per step in reset mode but the scheduler methods this release lacks a formula of; step mode adds its net
+assert reset_only == sorted(methods + ["deepspeed.initialize",
+    "deepspeed.runtime.engine.DeepSpeedEngine.load_checkpoint"]), reset_only
+assert sorted(awp.status()["patched"]) == sorted(reset_only + [
+    "deepspeed.runtime.engine.DeepSpeedEngine._take_model_step"]), awp.status()
 awp.remove()
 assert deepspeed.initialize is originals[0]
 assert acc.DeepSpeedEngineWrapper.__dict__['backward'] is originals[1]
@@ -219,7 +222,7 @@ def test_importing_the_package_imports_no_framework():
 
 
 @pytest.mark.parametrize("value", ["bogus", "yes please"])
-def test_a_bad_environment_value_warns_once_and_uses_the_default(value):
+def test_a_bad_environment_value_warns_once_and_patches_nothing(value):
     proc = run_python(
         "import accelerate_warmup_patch as awp, accelerate_warmup_patch.settings as s\n"
         "s.env_mode(); s.env_mode()\n"
@@ -229,7 +232,7 @@ def test_a_bad_environment_value_warns_once_and_uses_the_default(value):
     warnings = [x for x in proc.stderr.splitlines() if "ACCELERATE_WARMUP_PATCH" in x]
     assert len(warnings) == 1, proc.stderr
     assert repr(value) in warnings[0] and "reset" in warnings[0] and "step" in warnings[0]
-    assert proc.stdout.strip() == "reset"
+    assert proc.stdout.strip() == "off"  # an instruction the package does not understand changes nothing
 
 
 def test_a_bad_environment_value_raises_in_strict_mode():
@@ -256,7 +259,7 @@ for _ in range(3):
     optimizer.step(); scheduler.step(); optimizer.zero_grad()
 assert vars(wrapper) == attributes, set(vars(wrapper)) ^ set(attributes)
 import wrapt
-assert isinstance(type(wrapper).__dict__["backward"], wrapt.FunctionWrapper)  # the class, not the instance, wrapped
+assert not isinstance(type(wrapper).__dict__["backward"], wrapt.FunctionWrapper)  # accelerate's code is not wrapped
 print("OK")
 harness._tear_down()
 """

@@ -18,7 +18,7 @@ from conftest import installed, run_python
 from accelerate_warmup_patch import releases
 
 # the modules the patch waits for, as status() names them
-WAITS_FOR = ["deepspeed", "accelerate.utils.deepspeed", "deepspeed.launcher.multinode_runner"]
+WAITS_FOR = ["deepspeed", "deepspeed.launcher.multinode_runner"]
 
 ARMED = {"ACCELERATE_WARMUP_PATCH": "reset"}
 FINDERS = "[f for f in sys.meta_path if type(f).__module__.startswith('accelerate_warmup_patch')]"
@@ -306,18 +306,6 @@ def test_below_the_floor_nothing_is_wrapped():
         " type(deepspeed.initialize).__name__]))")
     assert _last_json(proc) == [[], "function", "function"]
     assert "DeepSpeed 0.8.3 is older than 0.9.0" in proc.stderr and "nothing is patched" in proc.stderr
-
-
-def test_the_warning_names_the_real_cause_when_accelerate_lacks_backward():
-    proc = run_python(
-        "import accelerate.utils.deepspeed as acc\n"
-        "del acc.DeepSpeedEngineWrapper.backward  # fault injection: a shape no release has\n"
-        "import accelerate_warmup_patch as awp\n"
-        "awp.apply()\n"
-        "print(awp.status()['patched'])")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "has no DeepSpeedEngineWrapper.backward" in proc.stderr
-    assert "older than" not in proc.stderr
 
 
 @pytest.mark.parametrize("value, armed", [(None, True), ("off", False)])

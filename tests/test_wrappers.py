@@ -75,7 +75,7 @@ def test_a_users_wrong_arguments_raise_the_originals_error_unchanged_and_unannou
 PICKLING = """
 import copy, inspect, json, pickle, sys, torch
 import accelerate_warmup_patch as awp
-awp.apply()
+awp.apply(mode="step")  # every wrapper there is: step mode's net too
 import deepspeed, deepspeed.launcher.multinode_runner, accelerate.utils.deepspeed
 from deepspeed.runtime import lr_schedules
 
@@ -130,7 +130,7 @@ for key, data in pickled.items():  # unpickled where the patch is gone: the orig
     loaded = pickle.loads(data)
     same = loaded is unpatched[key] if "()" not in key else loaded.__func__ is unpatched[key].__func__
     by_reference[key] = same and not hasattr(loaded, "__wrapped__")
-awp.apply()
+awp.apply(mode="step")
 again = {key: pickle.loads(data) for key, data in pickled.items()}  # where it is back: what a caller reaches
 print("RESULT " + json.dumps([patched_facts, unpatched_facts, by_reference,
                               {key: hasattr(found, "__wrapped__") for key, found in again.items()}]))
