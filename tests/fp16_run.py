@@ -82,5 +82,7 @@ def _check_overflows(spec: Any, engine: Any, rows: list[Any], scales: list[float
     if skipped != spec.overflow_steps or updated != spec.steps - spec.overflow_steps:
         raise RuntimeError(f"fp16 run {spec.key}: {skipped} optimizer steps skipped and {updated} updated, expected "
                            f"{spec.overflow_steps} and {spec.steps - spec.overflow_steps} (loss scales {scales})")
-    if spec.overflow_steps and not scales[spec.overflow_steps] < scales[0]:
+    # the ZeRO optimizer's scaler lowers the scale at the second overflow in a row (hysteresis 2, the default),
+    # the ZeRO 0 fp16 optimizers at every overflow
+    if spec.overflow_steps >= 2 and not scales[spec.overflow_steps] < scales[0]:
         raise RuntimeError(f"fp16 run {spec.key}: the loss scale did not drop after the overflows ({scales})")
