@@ -10,7 +10,7 @@ once at the engine's first optimizer step even when that step is then skipped, a
 step after ``initialize`` does: the run equals the newest release with that step).
 
 Real engines and DeepSpeed's own fp16 optimizers and loss scalers (``FP16_UnfusedOptimizer`` over torch's
-Adam and ``FP16_Optimizer`` over DeepSpeed's FusedAdam at ZeRO 0, the ZeRO optimizer's own scaler at ZeRO 2),
+Adam and ``FP16_Optimizer`` over DeepSpeed's FusedAdam at ZeRO 0, the ZeRO optimizers' own scalers at ZeRO 2 and 3),
 with real overflows (a spike in the batch) at optimizer steps 0 and 1. The one seam: DeepSpeed's CPU
 accelerator refuses fp16, so ``tests/fp16_run.py`` installs a subclass of it that reports fp16 support.
 The harness checks each run is the case it names: exactly the first ``overflow_steps`` steps skipped, the
@@ -39,6 +39,7 @@ CASES = [
     Spec(fp16=True, overflow_steps=2, zero=2, scheduler="WarmupDecayLR", groups=[1e-3, 5e-4], grad_accum=3,
          steps=4),
     Spec(fp16=True, overflow_steps=1, zero=2),
+    Spec(fp16=True, overflow_steps=2, zero=3, scheduler="WarmupCosineLR", groups=[1e-3, 5e-4]),  # ZeRO 3's scaler
 ]
 STEPPED_ONCE = "stepped once before the first optimizer step"
 
