@@ -87,6 +87,11 @@ class Spec:
     # user code steps the engine's DeepSpeed scheduler this many times after deepspeed.initialize (accelerate:
     # after prepare; the Trainer: at on_train_begin), before the first optimizer step: the old workaround
     user_steps: int = 0
+    # fp16 with dynamic loss scaling, through a seam that lets DeepSpeed's CPU accelerator report fp16 support
+    # (tests/fp16_run.py); the first ``overflow_steps`` optimizer steps overflow for real (a spike in the batch)
+    fp16: bool = False
+    overflow_steps: int = 0
+    fused_adam: bool = False  # DeepSpeed's FusedAdam (a CPU op it compiles) instead of torch's Adam
 
     @property
     def key(self) -> str:
@@ -95,6 +100,9 @@ class Spec:
         extra += ":torch-scheduler" if self.torch_scheduler else ""
         extra += f":{self.road}" if self.road != "config" else ""
         extra += f":user-steps{self.user_steps}" if self.user_steps else ""
+        extra += ":fp16" if self.fp16 else ""
+        extra += f":overflow{self.overflow_steps}" if self.overflow_steps else ""
+        extra += ":fused-adam" if self.fused_adam else ""
         return f"{self.path}:{self.scheduler}:g{groups}:ga{self.grad_accum}:z{self.zero}{extra}"
 
     @property
@@ -108,12 +116,16 @@ def ds_config(spec: Spec) -> dict[str, Any]:
     config: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": 2,
         "gradient_accumulation_steps": spec.grad_accum,
-        "optimizer": {"type": "Adam", "params": {"lr": spec.groups[0], "torch_adam": True}},
+        "optimizer": {"type": "Adam", "params": {"lr": spec.groups[0], "torch_adam": not spec.fused_adam}},
         "zero_optimization": {"stage": spec.zero},
         "steps_per_print": 10_000,
     }
     if spec.bf16:
         config["bf16"] = {"enabled": True}
+    if spec.fp16:
+        import fp16_run
+
+        config["fp16"] = dict(fp16_run.FP16_CONFIG)
     if spec.offload:
         config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
     if SCHEDULERS[spec.scheduler] and not spec.torch_scheduler:
@@ -161,6 +173,10 @@ def run_deepspeed(spec: Spec) -> list[list[float | None]]:
             _import_patch(spec)
     if spec.road == "pipeline":
         return _train_pipeline(spec, config, model, params)
+    if spec.fp16:
+        import fp16_run
+
+        return fp16_run.train(spec, config, model, params)
     if spec.road == "early-bound":
         kwargs["initialize"] = _EARLY_BOUND[0]
     return demo.train_deepspeed(config, model, params, spec.steps, **kwargs)
