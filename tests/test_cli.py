@@ -330,6 +330,22 @@ def test_doctor_and_status_import_nothing_from_the_working_directory(tmp_path):
     assert _sprung(work) == []
 
 
+def test_a_child_refuses_a_copy_of_the_package_its_start_up_imported_from_elsewhere(tmp_path):
+    # a command loaded from one copy whose environment arms another at start-up: the child says which two, rather
+    # than running the command's module with the other copy's package
+    shutil.copytree(ROOT / "accelerate_warmup_patch", tmp_path / "copy" / "accelerate_warmup_patch")
+    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); from accelerate_warmup_patch import child\n"
+            "env = {**os.environ, 'ACCELERATE_WARMUP_PATCH': 'off'}\n"
+            "got = child.reply(child.start_module('accelerate_warmup_patch.doctor_config', ['{}'], env))\n"
+            "print(got.returncode, got.failure())")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "copy")], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    installed = Path(accelerate_warmup_patch.__file__).parent.parent
+    assert proc.stdout.strip() == (f"1 (exit 1): accelerate_warmup_patch was imported at start-up from {installed}, "
+                                   f"not from {tmp_path / 'copy'}, whose command this is: run the command of the "
+                                   "installation the environment imports"), proc.stdout + proc.stderr
+
+
 # a pipe closed early and a typo ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args", [("doctor", "--json"), ("status", "--json"), ("doctor",), ("status",)])
