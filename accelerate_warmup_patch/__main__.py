@@ -60,7 +60,15 @@ data only) and no tensor is read; needs neither torch nor deepspeed."""
 
 PYTHON_FLAGS = ("the job's own interpreter flags, as one word with '=' (--python-flags=-S, --python-flags='-X dev'): "
                 "the answer is for `python FLAGS train.py`, asked of such an interpreter")
-_TAKES_VALUE = ("-X", "-W", "--check-hash-based-pycs")
+# The interpreter's own options (CPython's Python/getopt.c and its -h, 3.9 to 3.13, each run). The answer's child
+# appends `-c CODE` to the job's flags, so every flag must end where its value ends: a value-taking letter
+# without its value would take -c as that value, and -c or -m among grouped letters would run something else.
+_PLAIN = "bBdEiIOqRsStuvx" + ("P" if sys.version_info >= (3, 11) else "")  # -P: Python 3.11
+_TAKES_VALUE = {"X": "-X dev", "W": "-W error"}
+_REFUSED = {"c": "-c runs code of its own instead of the script", "m": "-m runs a module instead of the script",
+            "h": "-h prints the help and exits", "?": "-? prints the help and exits",
+            "V": "-V prints the version and exits"}
+_HASH_PYCS = ("default", "always", "never")  # --check-hash-based-pycs takes its value as the next word only
 
 
 def _version() -> str:
@@ -147,18 +155,41 @@ def _run(argv: list[str] | None) -> int:
 
 
 def _python_flags(parser: argparse.ArgumentParser, raw: str) -> list[str]:
-    """The job's interpreter options; never a script, -c or -m (the answer's own child runs -c)."""
+    """The job's interpreter options, each one the answer's own child can pass on as the job's interpreter
+    reads it; anything else is a usage error that names it."""
     try:
         flags = shlex.split(raw)
     except ValueError as error:
         parser.error(f"--python-flags={raw}: {error}")
-    for before, flag in zip(["", *flags], flags):
-        if before in _TAKES_VALUE:
-            continue
-        if not flag.startswith("-") or flag in ("-", "-c", "-m") or flag.startswith(("-c", "-m")):
-            parser.error(f"--python-flags={raw}: {flag!r} is not an interpreter option: give only the options "
-                         "before the script (e.g. -S, -E, -I, -X dev)")
+    problem = _flags_problem(flags)
+    if problem is not None:
+        parser.error(f"--python-flags={raw}: {problem}")
     return flags
+
+
+def _flags_problem(flags: list[str]) -> str | None:
+    """What in ``flags`` is not an option this command can pass on, in words, or None."""
+    words = iter(flags)
+    for word in words:
+        if word == "--check-hash-based-pycs":
+            if next(words, None) not in _HASH_PYCS:
+                return f"{word!r} needs one of {', '.join(_HASH_PYCS)} after it"
+            continue
+        if word.startswith("--"):
+            return f"{word!r} is not an option this command passes on (of the long ones, only --check-hash-based-pycs)"
+        if not word.startswith("-") or word == "-":
+            return (f"{word!r} is not an interpreter option: give only the options before the script (e.g. -S, -E, "
+                    "-I, -X dev)")
+        for at, letter in enumerate(word[1:], start=2):
+            if letter in _TAKES_VALUE:
+                if at == len(word) and next(words, None) is None:  # its value is the rest of the word, or the next
+                    return f"'-{letter}' needs its value after it (as in {_TAKES_VALUE[letter]})"
+                break
+            if letter in _REFUSED:
+                return f"{word!r}: {_REFUSED[letter]}"
+            if letter not in _PLAIN:
+                return f"{word!r}: -{letter} is not an option of Python {sys.version_info[0]}.{sys.version_info[1]}"
+    return None
 
 
 def _config_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:

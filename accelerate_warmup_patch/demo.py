@@ -147,7 +147,7 @@ def _run(mode: str, verbose: bool) -> dict[str, Any]:
     # DS_ACCELERATOR=cpu: the same tiny CPU run on a machine with a GPU (the model and its inputs stay on CPU)
     env = {**os.environ, "ACCELERATE_WARMUP_PATCH": mode, "DS_ACCELERATOR": "cpu"}
     env.pop("ACCELERATE_WARMUP_PATCH_STRICT", None)
-    got = child.reply(child.start(["-m", "accelerate_warmup_patch.demo"], env), timeout=None)
+    got = child.reply(child.start_module("accelerate_warmup_patch.demo", [], env), timeout=None)
     if verbose or got.returncode != 0:
         sys.stderr.write(got.stderr)
     if got.returncode != 0 or got.result is None:

@@ -3,8 +3,9 @@
 A ds_config JSON, a TrainingArguments JSON whose ``deepspeed`` names one (or holds it), or an accelerate
 config YAML whose ``deepspeed_config.deepspeed_config_file`` names one. The lrs come from the installed
 release's own scheduler class on a throwaway optimizer (no model, no engine), driven in the engine's
-order, in a child interpreter (``python -m accelerate_warmup_patch.doctor_config``) so that this process
-imports neither torch nor deepspeed: first with the patch removed, then applied in ``reset`` mode.
+order, in a child interpreter (this module run as ``__main__``, from this command's own installation:
+``child.start_module``) so that this process imports neither torch nor deepspeed: first with the patch
+removed, then applied in ``reset`` mode.
 """
 
 from __future__ import annotations
@@ -65,15 +66,16 @@ class Plan:
     missing: list[str] = field(default_factory=list)  # what must be given before the lrs can be computed
 
 
-def load(path: str) -> Loaded:
+def load(path: str, _within: tuple[Path, ...] = ()) -> Loaded:
     """Read ``path``: a ds_config, or a Trainer/accelerate config that names one."""
     file = Path(path)
+    _within = (*_within, file.resolve())  # the files that led here: one of them named again is a loop
     try:
         text = file.read_text()
     except OSError as error:
         raise ConfigError(f"cannot read {path}: {error.strerror}") from None
     if file.suffix in (".yaml", ".yml"):
-        return _from_accelerate_yaml(file, text)
+        return _from_accelerate_yaml(file, text, _within)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
@@ -82,13 +84,13 @@ def load(path: str) -> Loaded:
         raise ConfigError(f"{path} holds a JSON {type(data).__name__}, not a config object")
     if "deepspeed" in data and not any(k in data for k in ("optimizer", "scheduler", "zero_optimization")):
         lr = data.get("learning_rate")
-        inner = _follow(file, data["deepspeed"], "TrainingArguments' deepspeed")
+        inner = _follow(file, data["deepspeed"], "TrainingArguments' deepspeed", _within)
         inner.trainer_lr = float(lr) if isinstance(lr, (int, float)) else None
         return inner
     return Loaded(path, data, "")
 
 
-def _follow(file: Path, target: Any, what: str) -> Loaded:
+def _follow(file: Path, target: Any, what: str, within: tuple[Path, ...]) -> Loaded:
     if isinstance(target, dict):
         return Loaded(str(file), target, f"{what} (inline)")
     if not isinstance(target, str) or not target:
@@ -97,11 +99,14 @@ def _follow(file: Path, target: Any, what: str) -> Loaded:
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
         raise ConfigError(f"{file}: {what} names {target}, which is not a file here or beside {file.name}")
-    inner = load(str(found))
+    if found.resolve() in within:
+        raise ConfigError(f"{file}: {what} names {target}, which leads back to a file already read (a loop): "
+                          "name the DeepSpeed config itself")
+    inner = load(str(found), within)
     return Loaded(str(file), inner.ds_config, f"{what} names {found}")
 
 
-def _from_accelerate_yaml(file: Path, text: str) -> Loaded:
+def _from_accelerate_yaml(file: Path, text: str, within: tuple[Path, ...]) -> Loaded:
     try:
         import yaml  # type: ignore[import-untyped]  # accelerate's own dependency: present wherever an accelerate config is used
     except ImportError:
@@ -111,7 +116,7 @@ def _from_accelerate_yaml(file: Path, text: str) -> Loaded:
     if not isinstance(deepspeed, dict):
         raise ConfigError(f"{file} has no deepspeed_config: accelerate does not run DeepSpeed with it")
     if deepspeed.get("deepspeed_config_file"):
-        return _follow(file, deepspeed["deepspeed_config_file"], "deepspeed_config.deepspeed_config_file")
+        return _follow(file, deepspeed["deepspeed_config_file"], "deepspeed_config.deepspeed_config_file", within)
     # accelerate builds the ds_config from these keys, with no scheduler: the script's own is used
     return Loaded(str(file), {}, "deepspeed_config without a deepspeed_config_file (accelerate builds one "
                   "with no DeepSpeed scheduler)")
@@ -162,7 +167,7 @@ def compute(scheduler: str, params: dict[str, Any], lr: float, group_lrs: list[f
     """The lr of optimizer steps 0..3 per group, unpatched and patched, from the installed release's class."""
     request = json.dumps({"scheduler": scheduler, "params": params, "lr": lr, "group_lrs": group_lrs})
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")}
-    got = child.reply(child.start(["-m", "accelerate_warmup_patch.doctor_config", request], env), timeout)
+    got = child.reply(child.start_module("accelerate_warmup_patch.doctor_config", [request], env), timeout)
     if got.result is None:
         raise ConfigError(f"computing the lrs failed {got.failure()}")
     result = got.result
@@ -197,7 +202,9 @@ def drive(scheduler: str, params: dict[str, Any], lr: float, group_lrs: list[flo
 def _run_request(request: dict[str, Any]) -> dict[str, Any]:
     import accelerate_warmup_patch
 
-    fresh = os.environ.get("AWP_CONFIG_FRESH")  # tests: one run, armed by the environment as in a new process
+    # tests only: one run, armed by the environment as in a new process. Read from the request, which the
+    # command builds itself, so that no variable left in the user's environment changes the answer
+    fresh = request.get("fresh") is True
     if not fresh:
         accelerate_warmup_patch.remove()  # this child's own import armed it: unpatched first
     import deepspeed

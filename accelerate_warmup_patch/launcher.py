@@ -88,7 +88,9 @@ def carry(runner: Any) -> dict[str, str]:
             exports[key] = shlex.quote(value) if fact.remote_shell else value
     if not values:
         return values
-    listed = ", ".join(f"{key}={value}" for key, value in values.items())
+    # a value that is not plain printable text is shown as repr() shows it: a newline in it would start a line
+    # that looks like another tool's log line
+    listed = ", ".join(f"{key}={value if value.isprintable() else repr(value)}" for key, value in values.items())
     if fact is not None and not fact.carries:
         log.warn_once(f"launcher:{name}", "%s of DeepSpeed %s leaves its exports out of the command it builds "
                       "(%s); %s reaches the other nodes only if the launcher passes its own environment on",

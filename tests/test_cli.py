@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,10 +27,38 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
                           capture_output=True, text=True, timeout=900)
 
 
+# The console script, as users run it: its sys.path starts with its own folder. `python -m` would put the
+# working directory first for the command itself too, by Python's own rule.
+SCRIPT = Path(sys.executable).parent / "accelerate-warmup-patch"
+
+
+def _command(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")}
+    return subprocess.run([str(SCRIPT), *args], env={**full, **(env or {})}, capture_output=True, text=True,
+                          timeout=900, cwd=cwd)
+
+
+def _trapped(folder: Path) -> Path:
+    """A working directory holding what a child must never import from it: a json.py and a copy of the package
+    (an older checkout), each leaving a file ``sprung-NAME`` in it when it runs."""
+    folder.mkdir(parents=True)
+    mark = f"open({str(folder / 'sprung-')!r} + __name__, 'a').close()\n"
+    shutil.copytree(ROOT / "accelerate_warmup_patch", folder / "accelerate_warmup_patch")
+    init = folder / "accelerate_warmup_patch" / "__init__.py"
+    init.write_text(mark + init.read_text())
+    (folder / "json.py").write_text(mark + "raise ImportError('the json.py of the working directory')\n")
+    return folder
+
+
+def _sprung(folder: Path) -> list[str]:
+    return sorted(path.name for path in folder.glob("sprung-*"))
+
+
 def test_demo_prints_both_trajectories_a_verdict_and_a_plot(tmp_path):
     png = tmp_path / "lr.png"
-    proc = _cli("demo", "--plot", str(png))
+    proc = _command("demo", "--plot", str(png), cwd=_trapped(tmp_path / "work"))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _sprung(tmp_path / "work") == []  # its two training runs imported nothing from there
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     fixed = releases.start_fact("WarmupLR", installed("deepspeed")).start is releases.Start.SETS_EVERY_GROUP
     expected = "is fixed upstream; the patch changes nothing" if fixed else "has the bug (step 0 ran at 0.001)"
@@ -224,17 +253,18 @@ def test_status_live_runs_the_jobs_interpreter_flags():
     assert armed["armed"] is True and armed["status"]["applied_by"] == [".pth"], armed
 
 
-def test_a_target_folder_on_pythonpath_is_not_reached(tmp_path):
+@pytest.mark.parametrize("entry", ["absolute", "relative"])
+def test_a_target_folder_on_pythonpath_is_not_reached(tmp_path, entry):
     # what `pip install --target DIR` leaves (checked against a real one): the package, its .pth, its dist-info;
-    # a venv of its own, so that the package is found only there
-    import shutil
-
+    # a venv of its own, so that the package is found only there. A relative entry is the job's, read from the
+    # directory it starts in: the command's own (its children run elsewhere)
     target = tmp_path / "target"
     shutil.copytree(ROOT / "accelerate_warmup_patch", target / "accelerate_warmup_patch")
     shutil.copy(ROOT / "accelerate_warmup_patch.pth", target)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
     python = tmp_path / "venv" / "bin" / "python"
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(target), "ACCELERATE_WARMUP_PATCH": "reset"}
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(target) if entry == "absolute" else "target",
+           "ACCELERATE_WARMUP_PATCH": "reset"}
     # cwd: `python -m` puts the working directory first on sys.path, and pytest's is the checkout itself
     proc = subprocess.run([str(python), "-m", "accelerate_warmup_patch", "status", "--json"], env=env,
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
@@ -248,6 +278,72 @@ def test_python_flags_that_would_run_something_else_are_a_usage_error():
     for flags in ("-c pass", "train.py", "-m foo"):
         proc = _cli("status", f"--python-flags={flags}")
         assert proc.returncode == 2 and "usage: accelerate-warmup-patch status" in proc.stderr, proc.stderr
+
+
+# the review's cases: a flag whose value is missing takes the probe's -c as its value, and -c or -m inside a group
+# of letters turns the probe's code into -c's own argument; each answered "not armed", exit 0
+@pytest.mark.parametrize("flags, why", [
+    ("-X", "'-X' needs its value after it (as in -X dev)"),
+    ("-S -W", "'-W' needs its value after it (as in -W error)"),
+    ("--check-hash-based-pycs", "'--check-hash-based-pycs' needs one of default, always, never after it"),
+    ("--check-hash-based-pycs sometimes", "'--check-hash-based-pycs' needs one of default, always, never after it"),
+    ("-Ic", "'-Ic': -c runs code of its own instead of the script"),
+    ("-bc", "'-bc': -c runs code of its own instead of the script"),
+    ("-sm", "'-sm': -m runs a module instead of the script"),
+    ("-h", "'-h': -h prints the help and exits"),
+    ("-VV", "'-VV': -V prints the version and exits"),
+    ("--help", "'--help' is not an option this command passes on"),
+    ("-", "'-' is not an interpreter option"),
+    ("-J", f"'-J': -J is not an option of Python {sys.version_info[0]}.{sys.version_info[1]}"),
+])
+def test_python_flags_it_cannot_pass_on_are_a_one_line_error(flags, why):
+    for command in ("status", "doctor"):
+        proc = _cli(command, f"--python-flags={flags}")
+        assert proc.returncode == 2, proc.stdout
+        assert proc.stderr.startswith(f"usage: accelerate-warmup-patch {command} "), proc.stderr
+        last = proc.stderr.splitlines()[-1]
+        assert last.startswith(f"accelerate-warmup-patch {command}: error: --python-flags={flags}: {why}"), last
+
+
+def test_python_flags_with_values_and_grouped_letters_are_passed_on_as_written():
+    for flags in ("-X dev -Wd", "-sEbb -Xdev -W default --check-hash-based-pycs never -i"):
+        proc = _cli("status", "--json", f"--python-flags={flags}", env={"ACCELERATE_WARMUP_PATCH": "reset"})
+        data = json.loads(proc.stdout)
+        assert data["python"] == f"python {flags}" and data["armed"] is True, data
+
+
+# children run the installed code: the CLI's own package, in a working directory of their own -----------------
+
+def test_doctor_and_status_import_nothing_from_the_working_directory(tmp_path):
+    # the review's case: a json.py there ran in 4 of doctor's 6 children, and the verdict became "NOT active"
+    work = _trapped(tmp_path / "work")
+    on = {"ACCELERATE_WARMUP_PATCH": "reset"}
+    doctor = _command("doctor", "--strict", "--json", cwd=work, env=on)
+    assert doctor.returncode == 0, doctor.stdout[-3000:] + doctor.stderr[-3000:]
+    assert json.loads(doctor.stdout)["activation"]["active_at_start_up"] is True
+    status = json.loads(_command("status", "--json", cwd=work, env=on).stdout)
+    assert _reach(status) == {"python": True, "python -I": True, "python -E": True, "python -s": True,
+                              "python -S": False}
+    assert "site.py does not run there" in status["interpreters"]["python -S"]["why"]
+    live = json.loads(_command("status", "--live", "--json", cwd=work, env=on).stdout)
+    assert live["armed"] is True and live["imported"]["deepspeed"] is True, live
+    assert _sprung(work) == []
+
+
+def test_a_child_refuses_a_copy_of_the_package_its_start_up_imported_from_elsewhere(tmp_path):
+    # a command loaded from one copy whose environment arms another at start-up: the child says which two, rather
+    # than running the command's module with the other copy's package
+    shutil.copytree(ROOT / "accelerate_warmup_patch", tmp_path / "copy" / "accelerate_warmup_patch")
+    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); from accelerate_warmup_patch import child\n"
+            "env = {**os.environ, 'ACCELERATE_WARMUP_PATCH': 'off'}\n"
+            "got = child.reply(child.start_module('accelerate_warmup_patch.doctor_config', ['{}'], env))\n"
+            "print(got.returncode, got.failure())")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "copy")], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    installed = Path(accelerate_warmup_patch.__file__).parent.parent
+    assert proc.stdout.strip() == (f"1 (exit 1): accelerate_warmup_patch was imported at start-up from {installed}, "
+                                   f"not from {tmp_path / 'copy'}, whose command this is: run the command of the "
+                                   "installation the environment imports"), proc.stdout + proc.stderr
 
 
 # a pipe closed early and a typo ------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -178,21 +179,65 @@ def test_config_reached_through_training_arguments_and_an_accelerate_yaml(tmp_pa
 
 
 def test_config_remove_and_apply_in_one_child_equal_two_fresh_interpreters(tmp_path):
-    request = json.dumps({"scheduler": "WarmupLR", "params": SCHEDULERS["WarmupLR-default-max"]["params"],
-                          "lr": 2e-3, "group_lrs": [2e-3, 5e-4]})
-    command = ["-m", "accelerate_warmup_patch.doctor_config", request]  # the seam: --config's own child
+    request = {"scheduler": "WarmupLR", "params": SCHEDULERS["WarmupLR-default-max"]["params"], "lr": 2e-3,
+               "group_lrs": [2e-3, 5e-4]}
 
-    def run(env: dict[str, str]) -> dict[str, object]:
+    def run(env: dict[str, str], **fresh: bool) -> dict[str, object]:
+        # the seam: --config's own child; "fresh" (tests only) runs once, armed by the environment alone
         full = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")}
-        got = child.reply(child.start(command, {**full, **env}))
+        got = child.reply(child.start_module("accelerate_warmup_patch.doctor_config",
+                                             [json.dumps({**request, **fresh})], {**full, **env}))
         assert got.result is not None, got.stderr
         return got.result
 
     both = run({})
-    assert both["unpatched"] == run({"AWP_CONFIG_FRESH": "1", "ACCELERATE_WARMUP_PATCH": "off"})["lrs"]
-    assert both["patched"] == run({"AWP_CONFIG_FRESH": "1", "ACCELERATE_WARMUP_PATCH": "reset"})["lrs"]
+    assert both["unpatched"] == run({"ACCELERATE_WARMUP_PATCH": "off"}, fresh=True)["lrs"]
+    assert both["patched"] == run({"ACCELERATE_WARMUP_PATCH": "reset"}, fresh=True)["lrs"]
     newest = GOLDEN["runs"][Spec(scheduler="WarmupLR-default-max", groups=[2e-3, 5e-4]).key][:4]
     assert both["patched"] == _approx(newest)
+
+
+def test_config_is_not_changed_by_a_test_variable_left_in_the_environment(tmp_path):
+    # the review's case: AWP_CONFIG_FRESH=1, read by --config's child, crashed the command (KeyError: 'patched')
+    _config(tmp_path, "WarmupLR-linear")
+    proc = _cli("doctor", "--json", "--config", "ds_config.json", cwd=tmp_path, env={"AWP_CONFIG_FRESH": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    unpatched, patched = _expected(Spec())
+    lrs = json.loads(proc.stdout)["config"]["lrs"]
+    assert lrs["unpatched"] == _approx(unpatched) and lrs["patched"] == _approx(patched)
+
+
+def test_config_runs_the_installed_package_not_a_copy_in_the_working_directory(tmp_path):
+    # the review's case: --config's child ran `python -m accelerate_warmup_patch.doctor_config`, so a package
+    # folder in the working directory (an older checkout) answered; here the copy leaves a file when imported
+    shutil.copytree(ROOT / "accelerate_warmup_patch", tmp_path / "accelerate_warmup_patch")
+    init = tmp_path / "accelerate_warmup_patch" / "__init__.py"
+    init.write_text(f"open({str(tmp_path / 'sprung')!r}, 'a').close()\n" + init.read_text())
+    (tmp_path / "json.py").write_text(f"open({str(tmp_path / 'sprung')!r}, 'a').close()\nraise ImportError\n")
+    _config(tmp_path, "WarmupLR-linear")
+    script = Path(sys.executable).parent / "accelerate-warmup-patch"  # `python -m` would import the copy itself
+    full = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")}
+    proc = subprocess.run([str(script), "doctor", "--json", "--config", "ds_config.json"], env=full,
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["config"]["lrs"]["patched"] == _approx(_expected(Spec())[1])
+    assert not (tmp_path / "sprung").exists()
+
+
+@pytest.mark.parametrize("files, named", [
+    ({"args.json": {"output_dir": "out", "deepspeed": "args.json"}}, "args.json"),
+    ({"args.json": {"deepspeed": "more.json"}, "more.json": {"deepspeed": "args.json"}}, "args.json"),
+    ({"accelerate.yaml": "deepspeed_config:\n  deepspeed_config_file: accelerate.yaml\n"}, "accelerate.yaml"),
+])
+def test_a_config_that_leads_back_to_itself_is_one_line_and_exit_2(tmp_path, files, named):
+    # the review's case: a TrainingArguments JSON naming itself was a RecursionError traceback, exit 1
+    for name, content in files.items():
+        (tmp_path / name).write_text(content if isinstance(content, str) else json.dumps(content))
+    proc = _cli("doctor", "--config", named, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-3000:]
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr[-3000:]
+    assert proc.stderr.startswith("accelerate-warmup-patch doctor: error: ") and "back to" in proc.stderr, \
+        proc.stderr
 
 
 def test_an_unreadable_config_is_one_line_and_exit_2(tmp_path):
