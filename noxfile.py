@@ -247,7 +247,7 @@ CI_MATRIX = ([f"matrix_engine(deepspeed='{v}')" for v in tiers.CI_ENGINE[0::2] +
              + [f"matrix_era({era})" for era in eras.CI_ERAS])
 # Everything .ci/run runs, longest first, so that two at a time (`nox --parallel 2 -s ci`) end together
 # (each session's time on a new machine: CONTRIBUTING.md). The demo is the README's own command: it runs
-# here so that a fresh machine proves it, and so that a later `nox -s demo` finds its op compiled.
+# here so that a fresh machine proves it (it compiles no DeepSpeed op: docs/doctor.md, "demo").
 CI_SESSIONS = [*(f"tests(deepspeed='{v}')" for v in tiers.TEST_DEEPSPEED),
                *(f"launchers(deepspeed='{v}')" for v in tiers.CI_LAUNCHERS), *CI_MATRIX, "package", "demo", "lint"]
 
@@ -313,7 +313,8 @@ def benchmarks(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def demo(session: nox.Session) -> None:
-    """Install torch (CPU), a DeepSpeed release and this package; run the demo."""
+    """Install torch (CPU), a DeepSpeed release and this package; run the demo (which compiles no DeepSpeed op,
+    so a plain `accelerate-warmup-patch demo` in this venv afterwards takes as long as this run's demo)."""
     deepspeed = session.posargs[0] if session.posargs else tiers.DEMO_DEEPSPEED
     _install_stack(session, deepspeed)
     session.run("python", "-m", "accelerate_warmup_patch", "demo")

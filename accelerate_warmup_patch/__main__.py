@@ -32,8 +32,8 @@ multi-node launcher would carry the switch; which interpreters (python, -I, -E, 
 --python-flags) the switch reaches, asked of each. Without --config it imports neither torch nor
 deepspeed. --config reads your DeepSpeed config (or a TrainingArguments JSON / accelerate YAML
 that names one) and prints the lr optimizer steps 0-3 use, unpatched and patched, computed with
-the installed release's own scheduler class on a throwaway optimizer (a child interpreter, a few
-seconds; no model, no training)."""
+the installed release's own scheduler class on a throwaway optimizer (no model, no training), in
+a child interpreter that imports torch and DeepSpeed: 5-15 s, said on stderr while it runs."""
 DOCTOR_EPILOG = """\
 states (--strict exits 1 on the starred ones):
   affected-active, affected-not-active*, backports-active, backports-not-active*, fixed-upstream,
@@ -43,13 +43,14 @@ only warmup_min_lr (0) and warmup_max_lr (the optimizer's lr), and asks for the 
 DEMO = """\
 Check this node: trains a tiny model for 6 optimizer steps with the installed DeepSpeed, on CPU
 (DS_ACCELERATOR=cpu, also on a machine with a GPU), once with the patch off and once in reset
-mode, each in a fresh interpreter, and prints the lr each step used. Needs torch and DeepSpeed;
-the first run on a release compiles DeepSpeed's CPU comm op (20-60 s)."""
+mode, each in a fresh interpreter, and prints the lr each step used. Needs torch and DeepSpeed.
+Each run imports them (5-15 s; said on stderr while it runs); neither builds DeepSpeed's CPU
+shared-memory comm op, which a single training process never uses."""
 STATUS = """\
 Without options: what a process started with this environment would do (the environment variable,
 the .pth, sitecustomize) and which interpreters the switch reaches, asked of each, without importing
-torch or deepspeed. --live starts such a process,
-imports deepspeed and accelerate in it, and prints its status(): mode, wrappers, verdicts."""
+torch or deepspeed. --live starts such a process, imports deepspeed and accelerate in it (5-15 s,
+said on stderr while it runs), and prints its status(): mode, wrappers, verdicts."""
 AUDIT = """\
 Reads the DeepSpeed checkpoints of finished runs (each PATH: a checkpoint folder with `latest`, one tag
 folder, a Trainer output folder, or a folder of many runs, searched) and says per run, from its newest
@@ -98,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--python-flags", metavar="FLAGS", default="", help=PYTHON_FLAGS)
     demo = commands.add_parser("demo", help="check this node: the installed DeepSpeed, unpatched and patched",
                                description=DEMO, formatter_class=raw)
-    demo.add_argument("-v", "--verbose", action="store_true", help="show DeepSpeed's own output")
+    demo.add_argument("-v", "--verbose", action="store_true", help="show DeepSpeed's own output (on stderr)")
     demo.add_argument("--plot", metavar="PNG", help="also draw the lrs (needs matplotlib: the package's 'plot' extra)")
     status = commands.add_parser("status", help="what a process started with this environment would do",
                                  description=STATUS, formatter_class=raw)

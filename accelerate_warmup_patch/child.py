@@ -11,6 +11,10 @@ the package there would run instead of the standard library's or the installed c
 environment, which is what they ask about, with relative ``PYTHONPATH`` entries read from the command's
 working directory, as the job's own interpreter started there would read them. ``-I`` would also drop
 ``PYTHONPATH`` and the user's site folder, and ``-P`` needs Python 3.11.
+
+A child that imports torch and DeepSpeed takes 3 to 15 s, and the demo's two runs longer. Given ``doing``,
+``reply`` says on stderr what it waits for while it waits (``progress``), so that no command sits silent
+for more than about ten seconds; stdout, which ``--json`` keeps for its one object, is never touched.
 """
 
 from __future__ import annotations
@@ -20,10 +24,14 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any
 
 RESULT = "AWP-RESULT "
+# A terminal's counter moves every second; a log gets a "still" line at most this many seconds apart.
+TICK_S = 1.0
+QUIET_S = 10.0
 
 # The folder the command's own package was loaded from; start_module's child loads the package from it.
 HOME = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -96,6 +104,7 @@ class Reply:
     result: dict[str, Any] | None
     returncode: int
     stderr: str
+    stdout: str = ""  # all of it, the RESULT line included (demo --verbose shows DeepSpeed's own output)
 
     def failure(self) -> str:
         """``(exit N): the last line of stderr``, for a message that says the child failed."""
@@ -103,21 +112,58 @@ class Reply:
         return f"(exit {self.returncode}): {last}"
 
 
-def reply(proc: subprocess.Popen[str], timeout: float | None = 600) -> Reply:
-    """Wait for the child (killed past ``timeout``, and the timeout raised) and read its RESULT line."""
+def reply(proc: subprocess.Popen[str], timeout: float | None = 600, doing: str | None = None) -> Reply:
+    """Wait for the child (killed past ``timeout``, and the timeout raised) and read its RESULT line;
+    ``doing`` names the wait on stderr (``progress``)."""
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = proc.communicate(timeout=timeout) if doing is None else progress(proc, timeout, doing)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
         raise
     line = next((x for x in out.splitlines() if x.startswith(RESULT)), None)
-    return Reply(json.loads(line[len(RESULT):]) if line is not None else None, proc.returncode, err)
+    return Reply(json.loads(line[len(RESULT):]) if line is not None else None, proc.returncode, err, out)
 
 
-def answer(proc: subprocess.Popen[str], timeout: float = 600) -> dict[str, Any]:
+def answer(proc: subprocess.Popen[str], timeout: float = 600, doing: str | None = None) -> dict[str, Any]:
     """The child's JSON object, or ``{"error": ...}`` with its exit status and last line of stderr."""
-    got = reply(proc, timeout)
+    got = reply(proc, timeout, doing)
     if got.result is None:
         return {"error": f"the process failed {got.failure()}"}
     return got.result
+
+
+def progress(proc: subprocess.Popen[str], timeout: float | None, doing: str) -> tuple[str, str]:
+    """``proc.communicate(timeout)``, saying on stderr what it waits for: one line when it starts, then on a
+    terminal a counter of the seconds so far (the line ends with the total), elsewhere a "still" line every
+    ``QUIET_S`` seconds. Retrying ``communicate`` after its timeout loses no output (subprocess's docs)."""
+    stream = sys.stderr
+    terminal = stream is not None and stream.isatty()
+    started = time.monotonic()
+    _write(f"{doing} ...", terminal, end=not terminal)
+    while True:
+        elapsed = time.monotonic() - started
+        wait = TICK_S if terminal else QUIET_S
+        if timeout is not None:
+            wait = max(min(wait, timeout - elapsed), 0.001)
+        try:
+            out, err = proc.communicate(timeout=wait)
+        except subprocess.TimeoutExpired:
+            elapsed = time.monotonic() - started
+            if timeout is not None and elapsed >= timeout:
+                _write(f"{doing}: stopped after {elapsed:.0f} s", terminal, end=True)
+                raise subprocess.TimeoutExpired(proc.args, timeout) from None
+            _write(f"{doing} ... {elapsed:.0f} s" if terminal else f"  still {doing}: {elapsed:.0f} s so far",
+                   terminal, end=not terminal)
+            continue
+        if terminal:
+            _write(f"{doing}: {time.monotonic() - started:.0f} s", terminal, end=True)
+        return out, err
+
+
+def _write(text: str, terminal: bool, end: bool) -> None:
+    """A line on stderr; on a terminal each write replaces the line in place until one ends it."""
+    if sys.stderr is None:
+        return
+    sys.stderr.write(("\r\x1b[K" if terminal else "") + text + ("\n" if end else ""))
+    sys.stderr.flush()

@@ -20,7 +20,7 @@ from typing import Any
 from . import child, config_facts, doctor_config, releases, settings
 
 PTH = "accelerate_warmup_patch.pth"
-SCHEMA = 2  # doctor --json's layout (docs/doctor.md); a change that removes or renames a key bumps it
+SCHEMA = 3  # doctor --json's layout (docs/doctor.md); a change that removes or renames a key bumps it
 
 
 def _site_dirs() -> list[str]:
@@ -79,12 +79,13 @@ def probe(flags: list[str] | tuple[str, ...], env: dict[str, str]) -> subprocess
 
 
 def _reached(probe: dict[str, Any]) -> dict[str, Any]:
-    """One interpreter's entry: armed or not, in which mode, through what, and why not, from the child's facts."""
+    """One interpreter's entry: whether the value it was started with armed it (``reached``), in which mode,
+    through what, and why not, from the child's facts."""
     if "error" in probe:
-        return {"armed": False, "mode": None, "through": [], "why": probe["error"]}
+        return {"reached": False, "mode": None, "through": [], "why": probe["error"]}
     status = probe["status"]
     armed = status is not None and status["mode"] != settings.Mode.OFF
-    entry = {"armed": armed, "mode": status["mode"] if status else None,
+    entry = {"reached": armed, "mode": status["mode"] if status else None,
              "through": status["applied_by"] if status else [], "why": None}
     if armed or status is not None:
         return entry
@@ -129,29 +130,37 @@ def activation(flags: list[str] | None = None) -> dict[str, Any]:
     elif custom:  # the table is what reset would do; ask what this environment does
         seen = _reached(child.answer(probe(flags, dict(os.environ))))
     else:  # unset, or off: the .pth line imports nothing, or arms nothing
-        seen = {"armed": False, "mode": None, "through": [], "why": None}
+        seen = {"reached": False, "mode": None, "through": [], "why": None}
     through = []
-    if seen["armed"] and ".pth" in seen["through"]:
+    if seen["reached"] and ".pth" in seen["through"]:
         through.append(f"env var {settings.ENV_MODE}={raw!r} + {PTH}")
-    if seen["armed"] and "sitecustomize" in seen["through"]:
+    if seen["reached"] and "sitecustomize" in seen["through"]:
         through.append(f"sitecustomize ({custom or 'sitecustomize'})")
     return {
-        "env": raw, "mode": seen["mode"] if seen["armed"] else (settings.Mode.OFF if mode == settings.Mode.OFF
+        "env": raw, "mode": seen["mode"] if seen["reached"] else (settings.Mode.OFF if mode == settings.Mode.OFF
                                                                  else "not armed"),
-        "pth": pth, "sitecustomize": custom, "active_at_start_up": bool(seen["armed"]), "through": through,
-        "by_import": "off (the env var wins)" if mode == settings.Mode.OFF else "yes: import accelerate_warmup_patch",
+        "pth": pth, "sitecustomize": custom, "active_at_start_up": bool(seen["reached"]), "through": through,
+        "by_import": _by_import(mode),
         "python": job, "why_not": table[job]["why"], "interpreters": table, "probed_with": probed_with,
     }
 
 
+def _by_import(mode: str | None) -> str:
+    """What ``import accelerate_warmup_patch`` first in a script does here: apply() in the environment's mode."""
+    if mode == settings.Mode.OFF:
+        return f"arms nothing ({settings.ENV_MODE}=off wins)"
+    return f"arms it in {mode or settings.DEFAULT} mode"
+
+
 def reach_line(active: dict[str, Any]) -> str:
-    """Which interpreters the switch reaches and, for each of the others, why not and what to do."""
+    """Which interpreters the switch reaches and, for each of the others, why not and what to do; said of the
+    value they were asked with, which is the environment's own or, where it arms nothing, reset."""
     table = active["interpreters"]
-    yes = [name for name, entry in table.items() if entry["armed"]]
-    no = [f"{name} ({entry['why']})" for name, entry in table.items() if not entry["armed"]]
-    opening = "reaches" if active["probed_with"] == active["env"] else \
-        f"with {settings.ENV_MODE}={active['probed_with']}, it would reach"
-    return f"{opening}: {', '.join(yes) or 'none'}" + (f"; NOT {'; NOT '.join(no)}" if no else "")
+    yes = [name for name, entry in table.items() if entry["reached"]]
+    no = [f"{name} ({entry['why']})" for name, entry in table.items() if not entry["reached"]]
+    subject = "the switch reaches" if active["probed_with"] == active["env"] else \
+        f"{settings.ENV_MODE}={active['probed_with']} would reach"
+    return f"{subject}: {', '.join(yes) or 'no interpreter'}" + (f"; NOT {'; NOT '.join(no)}" if no else "")
 
 
 def multinode(deepspeed: str | None, active: dict[str, Any]) -> dict[str, Any]:
@@ -370,6 +379,13 @@ def main(as_json: bool = False, strict: bool = False, verbose: bool = False,
     return 1 if strict and data["strict_fails"] else 0
 
 
+def _armed(active: dict[str, Any]) -> str:
+    """Whether a new process is armed at start-up, and otherwise what the script's own import would do."""
+    if active["active_at_start_up"]:
+        return f"armed at start-up in {active['mode']} mode, through {' and '.join(active['through'])}"
+    return f"not armed at start-up; `import accelerate_warmup_patch` first in the script {active['by_import']}"
+
+
 def _lrs(row: list[float]) -> str:
     return ", ".join(f"{lr:g}" for lr in row)
 
@@ -384,10 +400,8 @@ def _print(data: dict[str, Any], verbose: bool) -> None:
         for name, verdict in data["verdicts"].items():
             print(f"  {name:15s} {verdict}")
     active = data["activation"]
-    at_start = ", ".join(active["through"]) if active["through"] else "no"
-    print(f"A new process ({active['python']}): mode {active['mode']}; armed at start-up: {at_start}; "
-          f"`import accelerate_warmup_patch`: {active['by_import']}")
-    print(f"Interpreters (each asked): the switch {reach_line(active)}")
+    print(f"A new process ({active['python']}): {_armed(active)}")
+    print(f"Interpreters (each asked): {reach_line(active)}")
     nodes = data["multinode"]
     print(f"Multi-node (deepspeed --hostfile): {'carried' if nodes['carries'] else 'not carried'}: {nodes['why']}")
     if verbose and nodes["runners"]:

@@ -79,7 +79,7 @@ def load(path: str, _within: tuple[Path, ...] = ()) -> Loaded:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
-        raise ConfigError(f"{path} is not JSON ({error}); an accelerate config must end in .yaml or .yml") from None
+        raise ConfigError(f"{path} is not valid JSON: {error}{_yaml_hint(text)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} holds a JSON {type(data).__name__}, not a config object")
     if "deepspeed" in data and not any(k in data for k in ("optimizer", "scheduler", "zero_optimization")):
@@ -88,6 +88,14 @@ def load(path: str, _within: tuple[Path, ...] = ()) -> Loaded:
         inner.trainer_lr = float(lr) if isinstance(lr, (int, float)) else None
         return inner
     return Loaded(path, data, "")
+
+
+def _yaml_hint(text: str) -> str:
+    """A hint only for a file that reads as YAML, not JSON (an accelerate config under another name):
+    a JSON object with a typo in it starts with "{" and gets none."""
+    if text.lstrip().startswith(("{", "[")):
+        return ""
+    return " (an accelerate config YAML is read as YAML only when its name ends in .yaml or .yml)"
 
 
 def _follow(file: Path, target: Any, what: str, within: tuple[Path, ...]) -> Loaded:
@@ -167,7 +175,9 @@ def compute(scheduler: str, params: dict[str, Any], lr: float, group_lrs: list[f
     """The lr of optimizer steps 0..3 per group, unpatched and patched, from the installed release's class."""
     request = json.dumps({"scheduler": scheduler, "params": params, "lr": lr, "group_lrs": group_lrs})
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")}
-    got = child.reply(child.start_module("accelerate_warmup_patch.doctor_config", [request], env), timeout)
+    doing = (f"computing the lrs of steps 0-{STEPS - 1} with DeepSpeed's own {scheduler} (a new interpreter imports "
+             "torch and DeepSpeed)")
+    got = child.reply(child.start_module("accelerate_warmup_patch.doctor_config", [request], env), timeout, doing)
     if got.result is None:
         raise ConfigError(f"computing the lrs failed {got.failure()}")
     result = got.result

@@ -56,14 +56,23 @@ def would(flags: list[str] | None = None) -> dict[str, Any]:
 def live(flags: list[str] | None = None) -> dict[str, Any]:
     """Start ``python FLAGS`` with this environment, import deepspeed and accelerate in it, return what it says."""
     flags = list(flags or [])
-    answer = child.answer(child.start([*flags, "-c", _LIVE], dict(os.environ)))
+    doing = f"importing deepspeed and accelerate in a new `{child.label(flags)}` process"
+    answer = child.answer(child.start([*flags, "-c", _LIVE], dict(os.environ)), doing=doing)
     source = "a new process of this environment, after importing deepspeed"
     if "error" in answer:
         return {"source": source, "python": child.label(flags), "armed": None, "error": answer["error"]}
     status = answer["status"]
     armed = status is not None and status["mode"] != settings.Mode.OFF
     return {"source": source, "python": child.label(flags), "armed": armed,
-            "mode": status["mode"] if status else "not armed", "imported": answer["imported"], "status": status}
+            "mode": status["mode"] if status else "not armed", "imported": answer["imported"], "status": status,
+            **_versions()}
+
+
+def _versions() -> dict[str, Any]:
+    """The installed versions and the table's verdicts, as ``would()`` gives them: printed armed or not."""
+    deepspeed = releases.installed("deepspeed")
+    return {"versions": {"deepspeed": deepspeed, "accelerate": releases.installed("accelerate")},
+            "verdicts": releases.verdicts(deepspeed) if deepspeed else {}}
 
 
 def print_text(data: dict[str, Any]) -> None:
@@ -86,7 +95,7 @@ def print_text(data: dict[str, Any]) -> None:
         print(f"  not armed: runs unpatched unless the script imports accelerate_warmup_patch "
               f"(or set {settings.ENV_MODE}=reset)")
     if data.get("reach"):
-        print(f"  the switch {data['reach']}")
+        print(f"  {data['reach']}")
     if data.get("problem"):
         print(f"  problem: {data['problem']}")
     status = data.get("status")

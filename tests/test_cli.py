@@ -66,6 +66,22 @@ def test_demo_prints_both_trajectories_a_verdict_and_a_plot(tmp_path):
     assert "   0           0.001               0" in proc.stdout or fixed
 
 
+def test_demo_builds_no_comm_op_and_says_what_each_run_is_doing(tmp_path):
+    # an empty op folder: DeepSpeed's CPU backend would JIT-compile its shared-memory op into it (1-3 min)
+    extensions = tmp_path / "torch_extensions"
+    proc = _cli("demo", "-v", env={"TORCH_EXTENSIONS_DIR": str(extensions)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not (extensions / "deepspeed_shm_comm").exists(), sorted(p.name for p in extensions.iterdir())
+    table = [line.split() for line in proc.stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert [float(row[2]) for row in table] == pytest.approx(demo.newest_release_lrs(demo.DEMO_STEPS))
+    work = "(a new interpreter imports torch and DeepSpeed, then trains 6 steps) ..."
+    for run in ("unpatched", "patched"):
+        assert f"running the {run} demo {work}\n" in proc.stderr, proc.stderr
+    # -v shows DeepSpeed's own log (its stdout, where its get_lr warns), and says that warning is expected
+    assert f"] {demo.SCHEDULER_WARNING}\n" in proc.stderr, proc.stderr
+    assert f'(DeepSpeed\'s own warning "{demo.SCHEDULER_WARNING}" above is expected' in proc.stderr, proc.stderr
+
+
 def test_the_plots_reference_is_the_newest_release_measured():
     measured = [row[0] for row in GOLDEN["runs"]["deepspeed:WarmupLR-linear:g0.001:ga1:z0"]]
     assert demo.newest_release_lrs(len(measured)) == measured
@@ -180,6 +196,50 @@ def test_status_imports_neither_torch_nor_deepspeed():
     assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr
 
 
+def test_status_live_counts_the_seconds_on_a_terminal_and_json_stays_json():
+    # stderr a terminal (a pty): the wait's line is rewritten in place and ends with the seconds it took
+    import pty
+    import threading
+
+    parent, terminal = pty.openpty()
+    full = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")}
+    proc = subprocess.Popen([sys.executable, "-m", "accelerate_warmup_patch", "status", "--live", "--json"],
+                            env=full, stdout=subprocess.PIPE, stderr=terminal, text=True)
+    os.close(terminal)
+    chunks: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(parent, 4096)
+            except OSError:  # EIO: every writer has closed the terminal
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    out, _ = proc.communicate(timeout=600)
+    reader.join(timeout=60)
+    os.close(parent)
+    shown = b"".join(chunks).decode()
+    assert proc.returncode == 0 and json.loads(out)["mode"] == "not armed", out
+    doing = "importing deepspeed and accelerate in a new `python` process"
+    assert shown.startswith(f"\r\x1b[K{doing} ..."), repr(shown)
+    last = shown.rsplit("\r\x1b[K", 1)[1]
+    assert last.startswith(f"{doing}: ") and last.endswith(" s\r\n") and last[len(doing) + 2:-4].isdigit(), repr(last)
+
+
+def test_status_live_unarmed_still_prints_the_versions_line():
+    proc = _cli("status", "--live")
+    assert proc.returncode == 0, proc.stderr
+    assert "  not armed: " in proc.stdout
+    verdicts = ", ".join(f"{k} {v}" for k, v in releases.verdicts(installed("deepspeed")).items())
+    assert f"  DeepSpeed {installed('deepspeed')}: {verdicts}" in proc.stdout.splitlines(), proc.stdout
+    assert proc.stderr.startswith("importing deepspeed and accelerate in a new `python` process ..."), proc.stderr
+
+
 @pytest.mark.parametrize("value", [None, "reset"])
 def test_status_live_reports_the_process_it_started(value):
     env = {"ACCELERATE_WARMUP_PATCH": value} if value else {}
@@ -203,7 +263,7 @@ DOCTOR_SCHEMA = {
 
 def test_doctor_json_has_the_documented_schema():
     data = json.loads(_cli("doctor", "--json").stdout)
-    assert data["schema"] == 2
+    assert data["schema"] == 3
     for key, wanted in DOCTOR_SCHEMA.items():
         assert set(data[key] if key else data) == wanted, key
     documented = (Path(__file__).parent.parent / "docs" / "doctor.md").read_text()
@@ -219,7 +279,31 @@ def test_doctor_says_not_affected_for_classes_that_never_had_the_bug():
 # which interpreters the switch reaches: asked of the real interpreter, with the job's own flags ------------------
 
 def _reach(data: dict[str, object]) -> dict[str, bool]:
-    return {name: entry["armed"] for name, entry in data["interpreters"].items()}  # type: ignore[attr-defined,index]
+    return {name: entry["reached"] for name, entry in data["interpreters"].items()}  # type: ignore[attr-defined,index]
+
+
+def test_unset_the_json_says_where_reset_would_reach_and_that_nothing_is_armed():
+    # the interpreters are asked with reset where the variable is unset: "reached", never "armed", so the two agree
+    data = json.loads(_cli("doctor", "--json").stdout)["activation"]
+    assert (data["env"], data["probed_with"], data["active_at_start_up"], data["mode"]) == \
+        (None, "reset", False, "not armed")
+    assert data["interpreters"]["python"]["reached"] is True
+    assert not any("armed" in entry for entry in data["interpreters"].values()), data["interpreters"]
+
+
+@pytest.mark.parametrize("value, arming, reach", [
+    (None, "not armed at start-up; `import accelerate_warmup_patch` first in the script arms it in reset mode",
+     "ACCELERATE_WARMUP_PATCH=reset would reach: python, python -I, python -E, python -s; NOT python -S ("),
+    ("off", "not armed at start-up; `import accelerate_warmup_patch` first in the script arms nothing "
+     "(ACCELERATE_WARMUP_PATCH=off wins)", "ACCELERATE_WARMUP_PATCH=reset would reach: python, "),
+    ("reset", "armed at start-up in reset mode, through env var ACCELERATE_WARMUP_PATCH='reset' + "
+     "accelerate_warmup_patch.pth", "the switch reaches: python, python -I, python -E, python -s; NOT python -S ("),
+])
+def test_doctor_says_each_new_process_fact_once(value, arming, reach):
+    text = _cli("doctor", env={"ACCELERATE_WARMUP_PATCH": value} if value else {}).stdout
+    lines = text.splitlines()
+    assert f"A new process (python): {arming}" in lines, text
+    assert any(line.startswith(f"Interpreters (each asked): {reach}") for line in lines), text
 
 
 def test_status_says_which_interpreters_the_switch_reaches():

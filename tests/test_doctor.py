@@ -247,6 +247,34 @@ def test_an_unreadable_config_is_one_line_and_exit_2(tmp_path):
                                   "No such file or directory"
 
 
+def test_a_json_typo_is_named_alone(tmp_path):
+    (tmp_path / "ds_config.json").write_text('{"optimizer": {"params": {"lr": 1e-3}},, "scheduler": {}}')
+    proc = _cli("doctor", "--config", "ds_config.json", cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stdout
+    assert proc.stderr == ("accelerate-warmup-patch doctor: error: ds_config.json is not valid JSON: Expecting "
+                           "property name enclosed in double quotes: line 1 column 40 (char 39)\n")
+
+
+def test_an_accelerate_yaml_under_another_name_is_told_how_it_is_read(tmp_path):
+    (tmp_path / "accelerate.cfg").write_text("deepspeed_config:\n  deepspeed_config_file: ds_config.json\n")
+    proc = _cli("doctor", "--config", "accelerate.cfg", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.rstrip().endswith("(an accelerate config YAML is read as YAML only when its name ends in "
+                                         ".yaml or .yml)"), proc.stderr
+
+
+def test_config_says_on_stderr_what_it_computes_and_json_stays_json(tmp_path):
+    # the child imports torch and DeepSpeed (5-15 s): a line says so before the wait, never on stdout
+    _config(tmp_path, "WarmupLR-linear")
+    proc = _cli("doctor", "--json", "--config", "ds_config.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["config"]["lrs"] is not None
+    lines = proc.stderr.splitlines()
+    assert lines[0] == ("computing the lrs of steps 0-3 with DeepSpeed's own WarmupLR (a new interpreter imports "
+                        "torch and DeepSpeed) ..."), proc.stderr
+    assert all(line.startswith("  still computing the lrs of steps 0-3") for line in lines[1:]), proc.stderr
+
+
 def test_config_without_warmup_type_says_it_uses_deepspeeds_default_log(tmp_path):
     # the README's table is linear; a block without warmup_type runs DeepSpeed's default, log
     (tmp_path / "ds_config.json").write_text(json.dumps({"optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
