@@ -36,8 +36,8 @@ the installed release's own scheduler class on a throwaway optimizer (no model, 
 a child interpreter that imports torch and DeepSpeed: 5-15 s, said on stderr while it runs."""
 DOCTOR_EPILOG = """\
 states (--strict exits 1 on the starred ones):
-  affected-active, affected-not-active*, backports-active, backports-not-active*, fixed-upstream,
-  not-affected (--config), untested, unsupported*, no-deepspeed, bad-value*
+  affected-active, affected-not-active*, affected-warn*, backports-active, backports-not-active*,
+  backports-warn*, fixed-upstream, not-affected (--config), untested, unsupported*, no-deepspeed, bad-value*
 "auto" values: the HF Trainer and accelerate fill them at run time; doctor says with what, fills
 only warmup_min_lr (0) and warmup_max_lr (the optimizer's lr), and asks for the rest (--lr, --set)."""
 DEMO = """\

@@ -202,6 +202,8 @@ STATES: dict[str, bool] = {
     "affected-not-active": True,
     "backports-active": False,  # the first step is fixed upstream; the patch still backports a later change
     "backports-not-active": True,
+    "affected-warn": True,  # warn mode: a new process runs unpatched and names each affected scheduler
+    "backports-warn": True,
 }
 _STEP_NOTE = " (step mode still applies if chosen)"
 
@@ -218,6 +220,9 @@ def _through(active: dict[str, Any]) -> str:
 def _activity(active: dict[str, Any]) -> str:
     """The verdict line's second half: whether a new process of this environment (``python FLAGS``) runs patched."""
     where = "new processes" + (f" started as `{active['python']}`" if active["python"] != child.label([]) else "")
+    if active["active_at_start_up"] and active["mode"] == settings.Mode.WARN:
+        return (f"patch in warn mode in {where} (through {_through(active)}): they run unpatched and warn once per "
+                f"affected scheduler; set {settings.ENV_MODE}=reset to fix them")
     if active["active_at_start_up"]:
         return f"patch active in {where} ({active['mode']} mode, through {_through(active)}): fixed"
     if active["mode"] == settings.Mode.OFF:
@@ -296,10 +301,10 @@ def decide(versions: dict[str, str | None], active: dict[str, Any],
     for change, names in backports.items():
         by_classes.setdefault(tuple(names), []).append(change)
     what = "; ".join(f"{', '.join(changes)} to {', '.join(names)}" for names, changes in by_classes.items())
+    activity = "not-active" if not active_now else "warn" if active["mode"] == settings.Mode.WARN else "active"
     if kind == "affected":
-        state = "affected-active" if active_now else "affected-not-active"
-        return state, f"{subject}: AFFECTED ({', '.join(affected)}) - {_activity(active)}"
-    state = "backports-active" if active_now else "backports-not-active"
+        return f"affected-{activity}", f"{subject}: AFFECTED ({', '.join(affected)}) - {_activity(active)}"
+    state = f"backports-{activity}"
     return state, f"{subject}: fixed upstream; the patch still backports {what} - {_activity(active)}"
 
 

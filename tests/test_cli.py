@@ -114,7 +114,7 @@ def test_doctor_strict_fails_on_a_value_it_does_not_accept(value):
 def test_doctor_json_lists_a_value_it_does_not_accept_as_a_problem():
     data = json.loads(_cli("doctor", "--json", env={"ACCELERATE_WARMUP_PATCH": "rset"}).stdout)
     assert any("ACCELERATE_WARMUP_PATCH='rset'" in problem for problem in data["problems"]), data["problems"]
-    assert data["activation"]["mode"] == "reset"  # what a new process falls back to
+    assert data["activation"]["mode"] == "off"  # a value not accepted patches nothing
 
 
 def test_console_script_is_installed():

@@ -63,7 +63,10 @@ STATES = {
                     "nothing on it: upgrade DeepSpeed (0.15.3 fixes the first step, 0.19.4 every change the patch "
                     "backports)", 1),
     "bad-value": ("0.15.2", {"ACCELERATE_WARMUP_PATCH": "rset"}, "ACCELERATE_WARMUP_PATCH='rset' is NOT ACCEPTED - a "
-                  f"new process warns and runs in reset mode: set one of {settings.ACCEPTED}", 1),
+                  f"new process warns and patches nothing: set one of {settings.ACCEPTED}", 1),
+    "affected-warn": ("0.15.2", {"ACCELERATE_WARMUP_PATCH": "warn"}, f"DeepSpeed 0.15.2: AFFECTED ({ALL_THREE}) - "
+                      f"patch in warn mode in new processes (through {settings.ENV_MODE} + the .pth): they run "
+                      f"unpatched and warn once per affected scheduler; set {settings.ENV_MODE}=reset to fix them", 1),
 }
 
 
