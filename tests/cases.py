@@ -82,7 +82,7 @@ def _restored_lr_run(scheduler_type: str, params: dict[str, Any]) -> list[list[f
     import torch
     from deepspeed.runtime import lr_schedules
 
-    from accelerate_warmup_patch import demo
+    from accelerate_warmup_patch.cli import demo
 
     demo.set_up_single_process()
     deepspeed.init_distributed(dist_backend="gloo")
@@ -239,7 +239,7 @@ def engine_reports_its_start() -> Any:
     import deepspeed
     import torch
 
-    from accelerate_warmup_patch import demo
+    from accelerate_warmup_patch.cli import demo
 
     demo.set_up_single_process()
     deepspeed.init_distributed(dist_backend="gloo")
@@ -263,7 +263,7 @@ def late_import_raw_engine() -> Any:
     import deepspeed
     import torch
 
-    from accelerate_warmup_patch import demo
+    from accelerate_warmup_patch.cli import demo
 
     demo.set_up_single_process()
     deepspeed.init_distributed(dist_backend="gloo")
@@ -304,7 +304,7 @@ def main(argv: list[str]) -> int:
     status = accelerate_warmup_patch.status()
     print("RESULT " + json.dumps({"results": results, "status": status}), flush=True)
     if "torch.distributed" in sys.modules:
-        from accelerate_warmup_patch import demo
+        from accelerate_warmup_patch.cli import demo
 
         demo.tear_down()
     return 0

@@ -53,7 +53,7 @@ def train(spec: Any, config: dict[str, Any], model: Any, params: Any) -> list[li
     import deepspeed
     import torch
 
-    from accelerate_warmup_patch import demo
+    from accelerate_warmup_patch.cli import demo
 
     demo.set_up_single_process()
     deepspeed.init_distributed(dist_backend="gloo")

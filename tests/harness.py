@@ -32,7 +32,7 @@ def _import_demo_without_arming() -> Any:
     What a .pth armed before stays armed."""
     armed_before = "accelerate_warmup_patch" in sys.modules
     import accelerate_warmup_patch
-    from accelerate_warmup_patch import demo
+    from accelerate_warmup_patch.cli import demo
 
     if not armed_before:
         accelerate_warmup_patch.remove()

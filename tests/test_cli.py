@@ -15,7 +15,8 @@ import pytest
 from conftest import GOLDEN, installed
 
 import accelerate_warmup_patch
-from accelerate_warmup_patch import demo, releases, settings
+from accelerate_warmup_patch import releases, settings
+from accelerate_warmup_patch.cli import demo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -188,7 +189,7 @@ def test_status_json_is_json_alone_and_reports_a_new_process(value, mode):
 
 
 def test_status_imports_neither_torch_nor_deepspeed():
-    code = ("import sys, contextlib, io; from accelerate_warmup_patch.__main__ import main\n"
+    code = ("import sys, contextlib, io; from accelerate_warmup_patch.cli.main import main\n"
             "with contextlib.redirect_stdout(io.StringIO()): main(['status', '--json'])\n"
             "print(sorted(m for m in ('torch', 'deepspeed', 'accelerate') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -418,9 +419,9 @@ def test_a_child_refuses_a_copy_of_the_package_its_start_up_imported_from_elsewh
     # a command loaded from one copy whose environment arms another at start-up: the child says which two, rather
     # than running the command's module with the other copy's package
     shutil.copytree(ROOT / "accelerate_warmup_patch", tmp_path / "copy" / "accelerate_warmup_patch")
-    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); from accelerate_warmup_patch import child\n"
+    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); from accelerate_warmup_patch.cli import child\n"
             "env = {**os.environ, 'ACCELERATE_WARMUP_PATCH': 'off'}\n"
-            "got = child.reply(child.start_module('accelerate_warmup_patch.doctor_config', ['{}'], env))\n"
+            "got = child.reply(child.start_module('accelerate_warmup_patch.cli.doctor_config', ['{}'], env))\n"
             "print(got.returncode, got.failure())")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "copy")], capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)

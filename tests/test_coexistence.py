@@ -211,7 +211,7 @@ print(json.dumps({"stacked": stacked, "expected": EXPECTED, "after": [ours(owner
 
 def test_a_tool_that_strips_our_layer_is_named_and_the_initialize_net_still_settles():
     got = _run(TOOLS + """
-from accelerate_warmup_patch import demo
+from accelerate_warmup_patch.cli import demo
 awp.remove()
 otel_wrap(lr_schedules.WarmupLR, "__init__")  # a tool wrapped first
 awp.apply()

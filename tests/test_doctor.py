@@ -14,7 +14,8 @@ import pytest
 from conftest import GOLDEN, installed
 from harness import SCHEDULERS, Spec, expected_unpatched_first_step
 
-from accelerate_warmup_patch import child, doctor, releases, settings
+from accelerate_warmup_patch import releases, settings
+from accelerate_warmup_patch.cli import child, doctor
 
 ROOT = Path(__file__).resolve().parent.parent
 DEEPSPEED = installed("deepspeed")
@@ -188,7 +189,7 @@ def test_config_remove_and_apply_in_one_child_equal_two_fresh_interpreters(tmp_p
     def run(env: dict[str, str], **fresh: bool) -> dict[str, object]:
         # the seam: --config's own child; "fresh" (tests only) runs once, armed by the environment alone
         full = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")}
-        got = child.reply(child.start_module("accelerate_warmup_patch.doctor_config",
+        got = child.reply(child.start_module("accelerate_warmup_patch.cli.doctor_config",
                                              [json.dumps({**request, **fresh})], {**full, **env}))
         assert got.result is not None, got.stderr
         return got.result

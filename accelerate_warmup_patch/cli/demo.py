@@ -11,7 +11,8 @@ import socket
 import sys
 from typing import Any
 
-from . import child, releases
+from .. import releases
+from . import child
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def innermost_optimizer(optimizer: Any) -> Any:
     optimizer). The demo also peels accelerate's ``AcceleratedOptimizer``, which is itself a torch optimizer
     holding the real one (``.optimizer``), where that rule stops.
     """
-    from . import schedules  # the patch's module: loaded where an engine is, not by importing the demo
+    from .. import schedules  # the patch's module: loaded where an engine is, not by importing the demo
 
     while True:
         inner = schedules.torch_optimizer(optimizer)
@@ -174,7 +175,7 @@ def _run(mode: str, verbose: bool, doing: str) -> dict[str, Any]:
     # DS_ACCELERATOR=cpu: the same tiny CPU run on a machine with a GPU (the model and its inputs stay on CPU)
     env = {**os.environ, "ACCELERATE_WARMUP_PATCH": mode, "DS_ACCELERATOR": "cpu"}
     env.pop("ACCELERATE_WARMUP_PATCH_STRICT", None)
-    got = child.reply(child.start_module("accelerate_warmup_patch.demo", [], env), timeout=None, doing=doing)
+    got = child.reply(child.start_module("accelerate_warmup_patch.cli.demo", [], env), timeout=None, doing=doing)
     if verbose or got.returncode != 0:
         # DeepSpeed logs to stdout, the patch to stderr; the RESULT line is the parent's alone
         sys.stderr.write("".join(line for line in got.stdout.splitlines(keepends=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import releases
+from .. import releases
 
 AUTO = "auto"  # a value the HF Trainer or accelerate fills in at run time
 

@@ -177,7 +177,7 @@ def compute(scheduler: str, params: dict[str, Any], lr: float, group_lrs: list[f
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")}
     doing = (f"computing the lrs of steps 0-{STEPS - 1} with DeepSpeed's own {scheduler} (a new interpreter imports "
              "torch and DeepSpeed)")
-    got = child.reply(child.start_module("accelerate_warmup_patch.doctor_config", [request], env), timeout, doing)
+    got = child.reply(child.start_module("accelerate_warmup_patch.cli.doctor_config", [request], env), timeout, doing)
     if got.result is None:
         raise ConfigError(f"computing the lrs failed {got.failure()}")
     result = got.result

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import child, config_facts, doctor_config, releases, settings
+from .. import releases, settings
+from . import child, config_facts, doctor_config
 
 PTH = "accelerate_warmup_patch.pth"
 SCHEMA = 3  # doctor --json's layout (docs/doctor.md); a change that removes or renames a key bumps it

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import checkpoint_pickle, config_facts, releases
+from .. import releases
+from . import checkpoint_pickle, config_facts
 
 AFFECTED, NOT_AFFECTED, UNKNOWN, UNREADABLE = "affected", "not affected", "unknown", "unreadable"
 # the rank files an engine writes per tag: mp_rank_00_model_states.pt, zero_pp_rank_0_mp_rank_00_model_states.pt

@@ -34,7 +34,7 @@ TICK_S = 1.0
 QUIET_S = 10.0
 
 # The folder the command's own package was loaded from; start_module's child loads the package from it.
-HOME = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOME = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # start_module's child: the package from HOME (taken off the path again at once, so that deepspeed and the
 # rest are found as the environment finds them), then the module run as `python -m` would run it. A copy that

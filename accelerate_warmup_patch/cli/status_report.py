@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from . import child, doctor, releases, settings
+from .. import releases, settings
+from . import child, doctor
 
 # the child: the package is in it only if the .pth or sitecustomize imported it (never this code)
 _LIVE = f"""

@@ -1,0 +1,223 @@
+"""The command line: ``accelerate-warmup-patch {doctor,demo,status,audit}`` (``python -m accelerate_warmup_patch``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from typing import Any
+
+DESCRIPTION = """\
+DeepSpeed releases before 0.15.3 run the first optimizer step of a WarmupLR, WarmupDecayLR or
+WarmupCosineLR at the optimizer's lr instead of the warmup start. This package gives every
+release from 0.9.0 on the lrs of DeepSpeed 0.19.8. Turn it on with ACCELERATE_WARMUP_PATCH=reset
+in the job's environment, or `import accelerate_warmup_patch` first in the training script."""
+EPILOG = """\
+exit codes:
+  0  done; doctor: nothing --strict fails on (or --strict not given)
+  1  doctor --strict: an affected job would run unpatched, or ACCELERATE_WARMUP_PATCH holds a value it
+     does not accept; demo: the patched run did not start at the warmup lr; audit: a run is affected
+  2  usage error, an unreadable --config, or what demo needs is missing (torch, DeepSpeed, matplotlib);
+     audit: a PATH with no readable DeepSpeed checkpoint
+  141  the reader closed the output early (`| head`): the rest is dropped, nothing is printed, as for a tool
+     that SIGPIPE ends (128 + 13)"""
+BROKEN_PIPE = 141
+
+DOCTOR = """\
+Opens with one verdict line (the state), then the details: installed versions, the guard table's
+word per scheduler class, how a new process of this environment would be armed, and whether the
+multi-node launcher would carry the switch; which interpreters (python, -I, -E, -s, -S, and
+--python-flags) the switch reaches, asked of each. Without --config it imports neither torch nor
+deepspeed. --config reads your DeepSpeed config (or a TrainingArguments JSON / accelerate YAML
+that names one) and prints the lr optimizer steps 0-3 use, unpatched and patched, computed with
+the installed release's own scheduler class on a throwaway optimizer (no model, no training), in
+a child interpreter that imports torch and DeepSpeed: 5-15 s, said on stderr while it runs."""
+DOCTOR_EPILOG = """\
+states (--strict exits 1 on the starred ones):
+  affected-active, affected-not-active*, affected-warn*, backports-active, backports-not-active*,
+  backports-warn*, fixed-upstream, not-affected (--config), untested, unsupported*, no-deepspeed, bad-value*
+"auto" values: the HF Trainer and accelerate fill them at run time; doctor says with what, fills
+only warmup_min_lr (0) and warmup_max_lr (the optimizer's lr), and asks for the rest (--lr, --set)."""
+DEMO = """\
+Check this node: trains a tiny model for 6 optimizer steps with the installed DeepSpeed, on CPU
+(DS_ACCELERATOR=cpu, also on a machine with a GPU), once with the patch off and once in reset
+mode, each in a fresh interpreter, and prints the lr each step used. Needs torch and DeepSpeed.
+Each run imports them (5-15 s; said on stderr while it runs); neither builds DeepSpeed's CPU
+shared-memory comm op, which a single training process never uses."""
+STATUS = """\
+Without options: what a process started with this environment would do (the environment variable,
+the .pth, sitecustomize) and which interpreters the switch reaches, asked of each, without importing
+torch or deepspeed. --live starts such a process, imports deepspeed and accelerate in it (5-15 s,
+said on stderr while it runs), and prints its status(): mode, wrappers, verdicts."""
+AUDIT = """\
+Reads the DeepSpeed checkpoints of finished runs (each PATH: a checkpoint folder with `latest`, one tag
+folder, a Trainer output folder, or a folder of many runs, searched) and says per run, from its newest
+tag: the release that wrote it, its scheduler, the lr optimizer step 0 ran at and the lr DeepSpeed 0.19.8
+runs it at, and a verdict: affected, not affected, unknown or unreadable. No checkpoint code runs (plain
+data only) and no tensor is read; needs neither torch nor deepspeed."""
+
+
+PYTHON_FLAGS = ("the job's own interpreter flags, as one word with '=' (--python-flags=-S, --python-flags='-X dev'): "
+                "the answer is for `python FLAGS train.py`, asked of such an interpreter")
+# The interpreter's own options (CPython's Python/getopt.c and its -h, 3.9 to 3.13, each run). The answer's child
+# appends `-c CODE` to the job's flags, so every flag must end where its value ends: a value-taking letter
+# without its value would take -c as that value, and -c or -m among grouped letters would run something else.
+_PLAIN = "bBdEiIOqRsStuvx" + ("P" if sys.version_info >= (3, 11) else "")  # -P: Python 3.11
+_TAKES_VALUE = {"X": "-X dev", "W": "-W error"}
+_REFUSED = {"c": "-c runs code of its own instead of the script", "m": "-m runs a module instead of the script",
+            "h": "-h prints the help and exits", "?": "-? prints the help and exits",
+            "V": "-V prints the version and exits"}
+_HASH_PYCS = ("default", "always", "never")  # --check-hash-based-pycs takes its value as the next word only
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return f"accelerate-warmup-patch {__version__}"
+
+
+def _parser() -> argparse.ArgumentParser:
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="accelerate-warmup-patch", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=raw)
+    parser.add_argument("--version", action="version", version=_version())
+    commands = parser.add_subparsers(dest="command", title="commands", metavar="{doctor,demo,status,audit}")
+    doctor = commands.add_parser("doctor", help="am I affected, and would a new process run patched?",
+                                 description=DOCTOR, epilog=DOCTOR_EPILOG, formatter_class=raw)
+    doctor.add_argument("--json", action="store_true", help="one JSON object on stdout (key 'state': the verdict)")
+    doctor.add_argument("--strict", action="store_true",
+                        help="exit 1 when an affected job would run unpatched or a value is not accepted")
+    doctor.add_argument("-v", "--verbose", action="store_true", help="also each multi-node runner's syntax")
+    doctor.add_argument("--config", metavar="FILE",
+                        help="a ds_config JSON, or a TrainingArguments JSON / accelerate YAML that names one")
+    doctor.add_argument("--lr", type=float, help="the optimizer's lr, where the config says \"auto\" or has none")
+    doctor.add_argument("--group-lrs", metavar="LR,LR", help="the param groups' lrs (default: one group at the lr)")
+    doctor.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                        help="a scheduler param, where the config says \"auto\" (e.g. warmup_num_steps=100)")
+    doctor.add_argument("--python-flags", metavar="FLAGS", default="", help=PYTHON_FLAGS)
+    demo = commands.add_parser("demo", help="check this node: the installed DeepSpeed, unpatched and patched",
+                               description=DEMO, formatter_class=raw)
+    demo.add_argument("-v", "--verbose", action="store_true", help="show DeepSpeed's own output (on stderr)")
+    demo.add_argument("--plot", metavar="PNG", help="also draw the lrs (needs matplotlib: the package's 'plot' extra)")
+    status = commands.add_parser("status", help="what a process started with this environment would do",
+                                 description=STATUS, formatter_class=raw)
+    status.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    status.add_argument("--live", action="store_true", help="start such a process, import deepspeed in it, report")
+    status.add_argument("--python-flags", metavar="FLAGS", default="", help=PYTHON_FLAGS)
+    audit = commands.add_parser("audit", help="were finished runs hurt? reads their DeepSpeed checkpoints",
+                                description=AUDIT, formatter_class=raw)
+    audit.add_argument("paths", metavar="PATH", nargs="+", help="a checkpoint, tag, Trainer output or runs folder")
+    audit.add_argument("--json", action="store_true", help="a JSON list, one object per run, on stdout")
+    for sub in (doctor, demo, status, audit):
+        sub.set_defaults(parser=sub)  # a typo among its options prints its own usage
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a command; output cut by a closed pipe ends it quietly (the recipe of the signal module's docs)."""
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # inside the try: the last lines may still be in the buffer
+    except BrokenPipeError:
+        # the reader is gone: point stdout at devnull so that the interpreter's own flush at exit stays quiet
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return BROKEN_PIPE
+    return code
+
+
+def _run(argv: list[str] | None) -> int:
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    command: argparse.ArgumentParser = getattr(args, "parser", parser)
+    if extra:  # argparse would print the top-level usage for a subcommand's typo
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command is None:
+        parser.print_help()
+        return 0
+    if args.command == "audit":
+        from . import audit as audit_module
+
+        return audit_module.main(args.paths, as_json=args.json)
+    if args.command == "demo":
+        from . import demo as demo_module
+
+        return demo_module.main(verbose=args.verbose, plot_path=args.plot)
+    flags = _python_flags(command, args.python_flags)
+    if args.command == "doctor":
+        from . import doctor as doctor_module
+
+        config_args = _config_args(parser, args) if args.config else None
+        return doctor_module.main(as_json=args.json, strict=args.strict, verbose=args.verbose,
+                                  config_args=config_args, python_flags=flags)
+    return _status(args.json, args.live, flags)
+
+
+def _python_flags(parser: argparse.ArgumentParser, raw: str) -> list[str]:
+    """The job's interpreter options, each one the answer's own child can pass on as the job's interpreter
+    reads it; anything else is a usage error that names it."""
+    try:
+        flags = shlex.split(raw)
+    except ValueError as error:
+        parser.error(f"--python-flags={raw}: {error}")
+    problem = _flags_problem(flags)
+    if problem is not None:
+        parser.error(f"--python-flags={raw}: {problem}")
+    return flags
+
+
+def _flags_problem(flags: list[str]) -> str | None:
+    """What in ``flags`` is not an option this command can pass on, in words, or None."""
+    words = iter(flags)
+    for word in words:
+        if word == "--check-hash-based-pycs":
+            if next(words, None) not in _HASH_PYCS:
+                return f"{word!r} needs one of {', '.join(_HASH_PYCS)} after it"
+            continue
+        if word.startswith("--"):
+            return f"{word!r} is not an option this command passes on (of the long ones, only --check-hash-based-pycs)"
+        if not word.startswith("-") or word == "-":
+            return (f"{word!r} is not an interpreter option: give only the options before the script (e.g. -S, -E, "
+                    "-I, -X dev)")
+        for at, letter in enumerate(word[1:], start=2):
+            if letter in _TAKES_VALUE:
+                if at == len(word) and next(words, None) is None:  # its value is the rest of the word, or the next
+                    return f"'-{letter}' needs its value after it (as in {_TAKES_VALUE[letter]})"
+                break
+            if letter in _REFUSED:
+                return f"{word!r}: {_REFUSED[letter]}"
+            if letter not in _PLAIN:
+                return f"{word!r}: -{letter} is not an option of Python {sys.version_info[0]}.{sys.version_info[1]}"
+    return None
+
+
+def _config_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    sets: dict[str, float] = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        try:
+            sets[key.strip()] = float(value) if any(c in value for c in ".eE") else int(value)
+        except ValueError:
+            parser.error(f"--set {item}: expected KEY=NUMBER")
+    try:
+        group_lrs = [float(x) for x in args.group_lrs.split(",")] if args.group_lrs else None
+    except ValueError:
+        parser.error(f"--group-lrs {args.group_lrs}: expected numbers separated by commas")
+    return {"path": args.config, "lr": args.lr, "group_lrs": group_lrs, "sets": sets}
+
+
+def _status(as_json: bool, live: bool, flags: list[str]) -> int:
+    from . import status_report
+
+    data = status_report.live(flags) if live else status_report.would(flags)
+    if as_json:
+        print(json.dumps(data, indent=2))
+    else:
+        status_report.print_text(data)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
