@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # typing and importlib cost milliseconds, and only the type c
     Loader = typing.Any  # whatever loader the other finders' spec has
 
 __all__ = ("Mode", "PatchError", "SettingsError", "__version__", "apply", "remove", "status")
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 # the first import of either is the first moment the patch has something to do
 _FRAMEWORKS = ("deepspeed", "accelerate")

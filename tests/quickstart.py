@@ -14,10 +14,11 @@ PORT_OPTION = {"torchrun": "--master_port", "deepspeed": "--master_port", "accel
 
 
 def lines() -> list[str]:
-    """The quick start's shell lines, comments dropped."""
+    """The quick start's shell lines, every block of the section, comments dropped."""
     text = README.read_text()
-    block = text[text.index("## Quick start"):].split("```sh\n", 1)[1].split("```", 1)[0]
-    return [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+    section = text[text.index("## Quick start"):].split("\n## ", 1)[0]
+    blocks = [block.split("```", 1)[0] for block in section.split("```sh\n")[1:]]
+    return [line.split("  #")[0].strip() for block in blocks for line in block.splitlines() if line.strip()]
 
 
 def line(start: str) -> str:
