@@ -181,27 +181,7 @@ def _deepspeed_engine(scheduler: str) -> Callable[[], None]:
 
 
 def _accelerate_engine(scheduler: str) -> Callable[[], None]:
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState, GradientState
-    from accelerate.utils import DeepSpeedPlugin, DummyOptim, DummyScheduler
-
-    harness.demo.set_up_single_process()
-    AcceleratorState._reset_state(True)  # one Accelerator per engine, several engines per process
-    GradientState._reset_state()
-    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=_config(scheduler)))
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 4)
-    optimizer = DummyOptim(list(model.parameters()), lr=1e-3)
-    model, optimizer, lr_scheduler = accelerator.prepare(model, optimizer, DummyScheduler(optimizer))
-    batch = torch.randn(2, 4)
-
-    def step() -> None:
-        accelerator.backward(model(batch).pow(2).mean())
-        optimizer.step()
-        lr_scheduler.step()
-        optimizer.zero_grad()
-
-    return step
+    return steps.accelerate_step(_config(scheduler))
 
 
 BUILDERS: dict[str, Callable[[str], Callable[[], None]]] = {

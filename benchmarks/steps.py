@@ -32,12 +32,17 @@ import accelerate_warmup_patch
 
 
 def _engine() -> Callable[[], None]:
+    return accelerate_step(harness.ds_config(Spec()))
+
+
+def accelerate_step(config: dict[str, object]) -> Callable[[], None]:
+    """One training step through a real Accelerator and DeepSpeed engine built from ``config`` (calls.py too)."""
     from accelerate.state import AcceleratorState, GradientState
 
     harness.demo.set_up_single_process()
-    AcceleratorState._reset_state(True)  # benchmarks/calls.py built other Accelerators in this process before
+    AcceleratorState._reset_state(True)  # one Accelerator per engine, several engines per process
     GradientState._reset_state()
-    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=harness.ds_config(Spec())))
+    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=config))
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 4)
     optimizer = DummyOptim(list(model.parameters()), lr=1e-3)
