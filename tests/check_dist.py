@@ -30,6 +30,7 @@ def check_wheel(wheel: Path, version: str) -> list[str]:
         info_text = archive.read(f"accelerate_warmup_patch-{version}.dist-info/METADATA").decode()
     info = f"accelerate_warmup_patch-{version}.dist-info"
     wanted = ["accelerate_warmup_patch.pth", "accelerate_warmup_patch/__init__.py", "accelerate_warmup_patch/py.typed",
+              "accelerate_warmup_patch/cli/main.py",
               f"{info}/METADATA", f"{info}/entry_points.txt", f"{info}/licenses/LICENSE"]
     problems += [f"wheel lacks {name}" for name in wanted if name not in names]
     problems += [f"wheel ships {name}" for name in names if name.startswith(("tests/", "benchmarks/", "matrix/"))]
