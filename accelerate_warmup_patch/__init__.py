@@ -3,7 +3,7 @@
 ``import accelerate_warmup_patch`` applies the patch (unless ACCELERATE_WARMUP_PATCH=off); so do the
 installed .pth line, when ACCELERATE_WARMUP_PATCH is set, and a sitecustomize that imports the package.
 This module is the whole start-up path of such a process: it records who imported it and waits until
-deepspeed or accelerate is imported (at once if one already is) or the API (``apply``, ``remove``,
+deepspeed is imported (at once if it already is) or the API (``apply``, ``remove``,
 ``status``) is first used; then ``api.py`` loads and has targets.py install the wrappers.
 
 It waits through the package's one post-import hook, with the standard library alone: a finder, first
@@ -46,8 +46,9 @@ if TYPE_CHECKING:  # typing and importlib cost milliseconds, and only the type c
 __all__ = ("Mode", "PatchError", "SettingsError", "__version__", "apply", "remove", "status")
 __version__ = "0.4.0"
 
-# the first import of either is the first moment the patch has something to do
-_FRAMEWORKS = ("deepspeed", "accelerate")
+# its first import is the first moment the patch has something to do (accelerate and the Trainer reach
+# DeepSpeed through it)
+_FRAMEWORKS = ("deepspeed",)
 
 
 def __getattr__(name):  # type: (str) -> object

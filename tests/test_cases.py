@@ -11,7 +11,7 @@ import os
 
 import fresh_process
 import pytest
-from conftest import HERE, installed
+from conftest import HERE, installed, run_python
 
 from accelerate_warmup_patch import releases
 
@@ -124,4 +124,9 @@ def test_the_engine_has_the_optimizer_step_where_step_mode_acts(patched):
     """The guard table names the method of this release's engine that runs the optimizer step (the version
     matrix runs this file on every release): it is wrapped, so step mode can look just before the first one."""
     method = releases.optimizer_step_method(DEEPSPEED)
-    assert f"deepspeed.runtime.engine.DeepSpeedEngine.{method}" in patched["status"]["patched"], patched["status"]
+    label = f"deepspeed.runtime.engine.DeepSpeedEngine.{method}"
+    assert label not in patched["status"]["patched"], patched["status"]  # reset mode: nothing that cannot act
+    proc = run_python("import json, accelerate_warmup_patch as awp\nawp.apply('step')\nimport deepspeed\n"
+                      "print(json.dumps(awp.status()['patched']))")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert label in json.loads(proc.stdout.strip().splitlines()[-1])
