@@ -49,11 +49,17 @@ def arming_failed(error: Exception, routes: list[str], module: ModuleType | None
 def _running_this_command() -> bool:
     """True in the interpreter of ``accelerate-warmup-patch`` or ``python -m accelerate_warmup_patch``, read from
     its command line while site.py starts it (sys.orig_argv: Python 3.10+; 3.9 knows only the console script)."""
-    arguments = [*getattr(sys, "orig_argv", []), *sys.argv[:1]]
-    if any(os.path.basename(argument) == "accelerate-warmup-patch" for argument in arguments):
+    if sys.argv and os.path.basename(sys.argv[0]) == "accelerate-warmup-patch":
         return True
-    return any(flag == "-m" and module.split(".")[0] == __package__
-               for flag, module in zip(arguments, arguments[1:]))
+    options = iter(getattr(sys, "orig_argv", [])[1:])
+    for option in options:  # the interpreter's options, up to the script or -m's module
+        if option == "-m":
+            return next(options, "").split(".")[0] == __package__
+        if not option.startswith("-"):
+            return False
+        if option in ("-X", "-W"):
+            next(options, None)  # its value
+    return False
 
 
 def _stop_before_the_program(error: Exception) -> None:
