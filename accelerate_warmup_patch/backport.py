@@ -248,7 +248,7 @@ def _get_lr(original: Callable[..., Any], version: str) -> Callable[..., Any]:
 
 def _get_lr_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
     result = wrapped(*args, **kwargs)  # before the first step it logs the release's warning, as the newest does
-    mode = wrapping.mode  # wrapping.passing_through(), spelled out: this runs on every step
+    mode = wrapping.mode  # passes through unarmed, and in warn mode outside its dry run (wrapping.dry)
     if mode is None or (mode == Mode.WARN and not getattr(wrapping.dry, "on", False)) or instance is None:
         return result
     try:
@@ -266,7 +266,7 @@ def _get_lr_ratio(original: Callable[..., Any], version: str) -> Callable[..., A
     past_warmup = releases.lacks("ratio_past_warmup", "WarmupCosineLR", version)
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-        mode = wrapping.mode  # wrapping.passing_through(), spelled out: this runs on every step
+        mode = wrapping.mode  # passes through unarmed, and in warn mode outside its dry run (wrapping.dry)
         if mode is None or (mode == Mode.WARN and not getattr(wrapping.dry, "on", False)) or instance is None or \
                 args or kwargs:
             return wrapped(*args, **kwargs)  # it takes no arguments: given some, the original says so itself

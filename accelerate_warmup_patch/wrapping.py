@@ -1,10 +1,11 @@
 """The record of what the patch wrapped, and the switch every wrapper reads.
 
 ``mode`` is the switch: None while nothing is armed (every wrapper then calls the original alone), else
-the armed mode; ``api.apply`` and ``api.remove`` set it. ``state`` is the record of this process: each
-wrapper with its original (``wrap``, ``unwrap_since``, ``in_place``), the DeepSpeed release wrapped, and
-what the patch changed. wrapt is imported at the first ``wrap``, once deepspeed or accelerate is
-imported (it costs ~50 ms): api.py reads and sets the switch without it.
+the armed mode; ``api.apply`` and ``api.remove`` set it, holding ``lock``. ``state`` is the record of this
+process: each wrapper with its original (``wrap``, ``unwrap_since``, ``in_place``, ``lost``), the DeepSpeed
+release wrapped, and what the patch changed. A target may carry other tools' wrappers above and below ours:
+ours is found down the ``__wrapped__`` chain, one layer at most, and taken out of it alone. wrapt is imported
+at the first ``wrap``, once deepspeed is imported (it costs ~50 ms): api.py reads and sets the switch without it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from types import ModuleType
 from typing import Any
 
 from . import log, releases
-from .settings import Mode
 
 # the switch: None while nothing is armed; the wrappers read it on every call
 mode: str | None = None
@@ -27,8 +27,9 @@ mode: str | None = None
 # run, so that any interleaving of them from several threads ends as one of them run alone. Re-entrant: apply()
 # may call remove(), and a hook that apply() fires applies. Never held across an import of a framework.
 lock = threading.RLock()
-# set in a thread while warn mode's dry run of a change runs (schedules.change): the wrappers whose value a
-# change reads (get_lr, get_lr_ratio) act as in reset mode then, and pass through the rest of the time
+# Set in a thread while warn mode's dry run of a change runs (schedules.change). The wrappers whose value a change
+# reads (get_lr, get_lr_ratio) pass through while unarmed, and in warn mode outside a dry run; they test that
+# inline, since a function call would cost every step.
 dry = threading.local()
 
 
@@ -41,12 +42,6 @@ def dry_run(on: bool) -> Iterator[None]:
         yield
     finally:
         dry.on = before
-
-
-def passing_through() -> bool:
-    """Whether a wrapper that changes what a scheduler method returns passes through now: unarmed, or in warn
-    mode outside a dry run. The per-step wrappers spell this out (a call costs a step)."""
-    return mode is None or (mode == Mode.WARN and not getattr(dry, "on", False))
 
 
 @dataclass
