@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import run_python
 
 # The seam: a layer of ours is an instance of the package's wrapper class, counted down the __wrapped__ chain.
@@ -189,18 +190,19 @@ print(json.dumps({"held": held, "removed_lr": removed_lr, "needs_fix": NEEDS_FIX
     assert not [line for line in got["said"] if "wrapped again" in line], got["said"]
 
 
-def test_a_wrapt_tool_under_ours_keeps_working_after_remove():
-    got = _run(TOOLS + """
+@pytest.mark.parametrize("tool", ["otel_wrap", "plain_wrap"])
+def test_a_tool_under_ours_keeps_working_after_remove(tool):
+    got = _run(TOOLS + f"""
 awp.remove()
 for owner, name in TARGETS:
-    otel_wrap(owner, name)
+    {tool}(owner, name)
 awp.apply()
 stacked = [ours(owner, name) for owner, name in TARGETS]
 awp.remove()
-print(json.dumps({"stacked": stacked, "expected": EXPECTED, "after": [ours(owner, name) for owner, name in TARGETS],
+print(json.dumps({{"stacked": stacked, "expected": EXPECTED, "after": [ours(owner, name) for owner, name in TARGETS],
                   "theirs_on_top": all(type(attr(o, n)).__module__ != "accelerate_warmup_patch.wrapping"
                                        and hasattr(attr(o, n), "__wrapped__") for o, n in TARGETS),
-                  "lr": first_lr(), "calls": calls.count("__init__"), "said": said}))
+                  "lr": first_lr(), "calls": calls.count("__init__"), "said": said}}))
 """)
     assert got["stacked"] == got["expected"]
     assert got["after"] == [0, 0, 0]
