@@ -79,7 +79,7 @@ def prepare_first_step(engine: Any, when: str = "before the first optimizer step
     as the constructor's fix would have. Step mode's step waits for the optimizer step itself."""
     try:
         scheduler = getattr(engine, "lr_scheduler", None)
-        if scheduler is None or id(scheduler) in _netted.ids:  # every backward: one set lookup
+        if scheduler is None or id(scheduler) in _netted.ids:  # a scheduler seen before: one set lookup
             return
         _netted.add(scheduler)
         if scheduler not in backport.settled:

@@ -50,7 +50,7 @@ class Seen:
     __weakref__ is not remembered: its id could be reused by a newer object while it is recorded."""
 
     def __init__(self) -> None:
-        self.ids: set[int] = set()  # a set of ints: `id(x) in seen.ids` runs on every backward
+        self.ids: set[int] = set()  # a set of ints: `id(x) in seen.ids` runs on step mode's every optimizer step
 
     def __contains__(self, obj: object) -> bool:
         return id(obj) in self.ids
