@@ -15,9 +15,10 @@ import json
 import pickle
 import random
 import struct
+import zlib
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 # pickle's opcodes that the hand-written pickles below use
 GLOBAL, REDUCE, BUILD, NEWOBJ, MARK, TUPLE, BINPERSID = b"c", b"R", b"b", b"\x81", b"(", b"t", b"Q"
@@ -54,8 +55,15 @@ class Tensor:
         self.shape, self.storage = shape, storage
 
 
+class Deep:
+    """A list nested ``depth`` deep: [[[...]]]."""
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+
+
 class _Pickler(pickle._Pickler):  # type: ignore[name-defined,misc]  # the pure-Python one: its dispatch table is ours
-    dispatch = dict(pickle._Pickler.dispatch)  # type: ignore[attr-defined]
+    dispatch: ClassVar[dict[type, Any]] = dict(pickle._Pickler.dispatch)  # type: ignore[attr-defined]
 
     def __init__(self, file: io.BytesIO) -> None:
         super().__init__(file, protocol=2)
@@ -95,7 +103,13 @@ class _Pickler(pickle._Pickler):  # type: ignore[name-defined,misc]  # the pure-
             self.save(item)
         self.write(TUPLE + REDUCE)
 
+    def save_deep(self, obj: Deep) -> None:
+        # a list nested obj.depth deep, built without recursion: that many empty lists, each appended to the one
+        # below it (pickling such a list the ordinary way would overflow the pickler's own recursion)
+        self.write(b"]" * obj.depth + b"a" * (obj.depth - 1))
+
     dispatch[Global] = save_global_ref
+    dispatch[Deep] = save_deep
     dispatch[Call] = save_call
     dispatch[New] = save_new
     dispatch[Tensor] = save_tensor
@@ -114,6 +128,21 @@ def torch_pickle(value: Any) -> tuple[bytes, list[int]]:
     pickler = _Pickler(out)
     pickler.dump(value)
     return out.getvalue(), pickler.storages
+
+
+def write_torch_legacy(path: Path, value: Any) -> Path:
+    """``value`` saved as torch.save(_use_new_zipfile_serialization=False) saves it: the magic number, the protocol
+    version, sys_info, the value, the storage keys, then the storages' raw bytes."""
+    data, storages = torch_pickle(value)
+    sys_info = {"protocol_version": 1001, "little_endian": True, "type_sizes": {"short": 2, "int": 4, "long": 4}}
+    with open(path, "wb") as out:
+        for head in (0x1950A86A20F9469CFC6C, 1001, sys_info):
+            out.write(pickle.dumps(head, protocol=2))
+        out.write(data)
+        out.write(pickle.dumps([str(key) for key in range(len(storages))], protocol=2))
+        for numel in storages:
+            out.write(struct.pack("<q", numel) + b"\0" * 4 * numel)
+    return path
 
 
 def write_torch_zip(path: Path, value: Any = None, *, data_pkl: bytes | None = None,
@@ -242,3 +271,44 @@ def user_client_state() -> dict[str, Any]:
     # a dataclass pickles as NEWOBJ of its class, then BUILD with its __dict__; its module is the user's script
     return {"train_state": New(Global("__main__", "TrainState"), (), dataclasses.asdict(TrainState())),
             "namespace": argparse.Namespace(a=1).__dict__}
+
+
+# Zip members written by hand: bombs, odd methods and flags -------------------------------------------------
+
+def write_zip_member(path: Path, *, name: str = "archive/data.pkl", prefix: bytes = b"", chunk: bytes = b"",
+                     count: int = 0, suffix: bytes = b"", method: int = zipfile.ZIP_DEFLATED, flags: int = 0,
+                     local_name: str | None = None) -> Path:
+    """A zip (zip64 fields) of one member ``prefix + chunk * count + suffix``, deflated without building it: a
+    segment ended by a full flush is independent of what came before, so one compressed ``chunk`` is written
+    ``count`` times. ``local_name`` writes another name in the local header than in the central directory."""
+    crc = zlib.crc32(prefix)
+    for _ in range(count):
+        crc = zlib.crc32(chunk, crc)
+    crc = zlib.crc32(suffix, crc)
+    size = len(prefix) + len(chunk) * count + len(suffix)
+    if method == zipfile.ZIP_DEFLATED:
+        packer = zlib.compressobj(9, zlib.DEFLATED, -15)
+        head = packer.compress(prefix) + packer.flush(zlib.Z_FULL_FLUSH)
+        segment = packer.compress(chunk) + packer.flush(zlib.Z_FULL_FLUSH) if count else b""
+        tail = packer.compress(suffix) + packer.flush()
+    else:
+        head, segment, tail = prefix, chunk, suffix
+    packed = len(head) + len(segment) * count + len(tail)
+    raw_name, local = name.encode(), (local_name or name).encode()
+    with open(path, "wb") as out:
+        out.write(struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 45, flags, method, 0, 0x21, crc, 0xFFFFFFFF,
+                              0xFFFFFFFF, len(local), 20) + local + struct.pack("<HHQQ", 1, 16, size, packed))
+        out.write(head)
+        for _ in range(count):
+            out.write(segment)
+        out.write(tail)
+        directory_at = out.tell()
+        entry = struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 45, 45, flags, method, 0, 0x21, crc,
+                            0xFFFFFFFF, 0xFFFFFFFF, len(raw_name), 28, 0, 0, 0, 0, 0xFFFFFFFF)
+        entry += raw_name + struct.pack("<HHQQQ", 1, 24, size, packed, 0)
+        out.write(entry)
+        end64_at = out.tell()
+        out.write(struct.pack("<4sQHHIIQQQQ", b"PK\x06\x06", 44, 45, 45, 0, 0, 1, 1, len(entry), directory_at))
+        out.write(struct.pack("<4sIQI", b"PK\x06\x07", 0, end64_at, 1))
+        out.write(struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, 1, 1, len(entry), 0xFFFFFFFF, 0))
+    return path
