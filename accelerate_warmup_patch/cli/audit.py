@@ -395,7 +395,8 @@ def _apply_record(report: dict[str, Any], record: dict[str, Any]) -> None:
         report["scheduler"] = scheduler["class"]
     if step0 == "fixed" and after:
         report["verdict"], report["differences"] = NOT_AFFECTED, []
-        report["why"] = f"fixed by {who}: step 0 ran at {_lrs(after, None)}, the release would have run {_lrs(before, None)}"
+        report["why"] = (f"fixed by {who}: step 0 ran at {_lrs(after, None)}, the release would have run "
+                         f"{_lrs(before, None)}")
         report["step0_lrs"], report["step0_lr"] = after, after[0]
     elif step0 == "warned" and before:
         report["verdict"] = AFFECTED

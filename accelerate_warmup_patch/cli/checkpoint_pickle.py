@@ -28,7 +28,7 @@ import pickle
 import pickletools
 import stat
 import zipfile
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, cast
 
 # torch.serialization.MAGIC_NUMBER: the first pickle of a legacy-format file
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
@@ -117,7 +117,7 @@ class _Global(type):
                 return meaning(*args, **kwargs)
             except Exception:  # not the shape torch writes: keep the call as data
                 pass
-        return cls.__new__(cls, *args, **kwargs)
+        return cast(Any, cls).__new__(cls, *args, **kwargs)
 
     def __repr__(cls) -> str:
         return f"<{cls.pickled_module}.{cls.pickled_name}>"
@@ -169,10 +169,10 @@ class StandIn(metaclass=_Global):
 class _Called(StandIn):
     pickled_name = "(a call)"
 
-    def __new__(cls, func: Any, args: Any, kwargs: Any) -> _Called:  # type: ignore[misc]
-        made = StandIn.__new__(cls, *args, **kwargs)
+    def __new__(cls, func: Any, args: Any, kwargs: Any) -> _Called:
+        made = cast(_Called, StandIn.__new__(cls, *args, **kwargs))
         made.func = func
-        return made  # type: ignore[return-value]
+        return made
 
     func: Any
 
@@ -366,13 +366,13 @@ def scan(data: bytes, start: int = 0) -> int:
                 value = data[pos:stop]
                 pos = stop + 1
             if special:
-                if special == _MEMO_PUT or special == _MEMOIZE:
+                if special in (_MEMO_PUT, _MEMOIZE):
                     index = memo if special == _MEMOIZE else _memo_index(name, value)
                     if index > max_memo:
                         raise Unreadable(f"its pickle uses memo index {index}, past {max_memo} (a bound of the "
                                          "audit): not read")
                     memo = max(memo, index + 1)
-                elif special == _NAMED or special == _STACK_NAMED:
+                elif special in (_NAMED, _STACK_NAMED):
                     names.add(value if special == _NAMED else b"%d" % opcodes)  # a STACK_GLOBAL counts as new
                     if len(names) > max_globals:
                         raise Unreadable(f"its pickle names more than {max_globals} globals (a bound of the "
@@ -498,8 +498,7 @@ def _load_zip(file: IO[bytes]) -> Any:
         raise Unreadable(f"a damaged zip archive ({type(error).__name__}: {str(error)[:200]})") from None
     data = b"".join(chunks)
     del chunks
-    value, stop = loads(data)
-    return value
+    return loads(data)[0]
 
 
 def _load_legacy(file: IO[bytes]) -> Any:

@@ -15,8 +15,8 @@ import json
 import pickle
 import random
 import struct
-import zlib
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, ClassVar
 

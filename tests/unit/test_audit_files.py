@@ -30,9 +30,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[2]))
-import audit_files as files  # noqa: E402
+import audit_files as files
 
-from accelerate_warmup_patch.cli import audit as audit_cli  # noqa: E402
+from accelerate_warmup_patch.cli import audit as audit_cli
 
 MIB = 1 << 20
 PEAK_LIMIT = 300 * MIB
@@ -286,7 +286,7 @@ def test_every_odd_file_gets_its_line_in_bounded_time_and_memory(name: str, tmp_
 
 
 def test_a_set_or_a_tensor_among_the_params_comes_out_as_plain_json(tmp_path: Path) -> None:
-    code, reports, _ = run_audit(str(set_in_params(tmp_path / "set")), str(tensor_in_params(tmp_path / "tensor")))
+    _, reports, _ = run_audit(str(set_in_params(tmp_path / "set")), str(tensor_in_params(tmp_path / "tensor")))
     params = {Path(r["path"]).parent.name: r["params"] for r in reports}
     assert params["set"]["groups"] == [1, 2]
     assert params["tensor"]["warmup_max_lr"] == "<tensor FloatStorage [1]>"
