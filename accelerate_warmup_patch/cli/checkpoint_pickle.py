@@ -21,6 +21,7 @@ the legacy one (four pickles in a row, then the raw storages, which are never re
 
 from __future__ import annotations
 
+import _compat_pickle
 import io
 import math
 import os
@@ -421,8 +422,10 @@ class _Reader(pickle.Unpickler):
         self._globals: dict[tuple[str, str], _Global] = {}
 
     def find_class(self, module: str, name: str) -> Any:
-        # nothing is imported: a class of our own that keeps the two names
+        # nothing is imported: a class of our own that keeps the two names (Python 2's names as Python 3 reads
+        # them, as the standard unpickler's fix_imports does: protocol 2 writes subprocess.Popen as commands.Popen)
         key = (str(module), str(name))
+        key = _compat_pickle.NAME_MAPPING.get(key, (_compat_pickle.IMPORT_MAPPING.get(key[0], key[0]), key[1]))
         found = self._globals.get(key)
         if found is None:
             found = _Global("StandIn", (StandIn,), {"pickled_module": key[0], "pickled_name": key[1],
