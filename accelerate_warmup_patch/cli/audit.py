@@ -330,14 +330,14 @@ def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dic
     newest = read_save(run.tag, config_root)
     report["checkpoint"], report["deepspeed_version"] = str(newest.file), newest.version
     first = newest
-    for tag in run.tags[:-1]:  # the earliest save that took an optimizer step (or does not say)
+    for tag in run.tags[:-1]:  # the earliest save that took an optimizer step (or does not say), else the newest
         try:
             save = read_save(tag, config_root)
         except Unreadable as error:
             report["notes"].append(f"an earlier save, {tag}, cannot be read ({error}): not used")
             continue
-        first = save
         if save.global_steps != 0 or save.record is not None:
+            first = save
             break
     report["step0_checkpoint"], report["step0_deepspeed_version"] = str(first.file), first.version
     report["notes"].extend(newest.notes if first is newest else [*first.notes, *newest.notes])

@@ -132,9 +132,10 @@ def test_a_run_with_no_optimizer_step_says_so(tmp_path: Path) -> None:
 
 
 def test_a_run_saved_at_step_0_and_later_is_judged_from_its_first_save_with_steps(tmp_path: Path) -> None:
-    files.write_run(tmp_path / "run", tag="global_step0", global_steps=0, latest=False)
+    files.write_run(tmp_path / "run", tag="global_step0", global_steps=0, version="0.19.8", latest=False)
     files.write_run(tmp_path / "run", tag="global_step6")
     _, report = one(tmp_path / "run")
+    assert report["step0_deepspeed_version"] == "0.15.2", report  # step 0 ran after the save at step 0
     assert report["verdict"] == "affected" and report["step0_lr"] == 0.001, report
 
 
