@@ -31,6 +31,7 @@ from . import checkpoint_pickle, config_facts
 from .checkpoint_pickle import Unreadable
 
 AFFECTED, NOT_AFFECTED, UNKNOWN, UNREADABLE = "affected", "not affected", "unknown", "unreadable"
+SKIPPED = "skipped"  # a symlinked folder inside a PATH: not followed, named (its own PATH audits it)
 RECORD_FILE = "accelerate_warmup_patch.json"  # the record a patched run writes in each tag folder
 # the bounds of the small files the audit reads beside a checkpoint
 LATEST_BYTES, RECORD_BYTES, CONFIG_BYTES = 4096, 64 * 1024, 4 * 1024 * 1024
@@ -63,10 +64,10 @@ class Run:
 
 @dataclass
 class Found:
-    """What a PATH holds: its runs, and the folders under it that could not be searched (path, why)."""
+    """What a PATH holds: its runs, and the folders under it that were not searched (path, verdict, why)."""
 
     runs: list[Run] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def _reason(error: OSError) -> str:
@@ -104,14 +105,14 @@ def find_runs(path: str) -> Found:
         return found
 
     def unlistable(error: OSError) -> None:
-        found.skipped.append((str(error.filename or "?"), f"cannot list it: {_reason(error)} (a run in it, if any, "
-                                                            "was not audited)"))
+        found.skipped.append((str(error.filename or "?"), UNREADABLE,
+                              f"cannot list it: {_reason(error)} (a run in it, if any, was not audited)"))
 
     tags: list[Path] = []
     for folder, subfolders, files in os.walk(root, onerror=unlistable):
         for name in [n for n in subfolders if os.path.islink(os.path.join(folder, n))]:
-            found.skipped.append((os.path.join(folder, name), "a symlink to a folder: not followed (name it to "
-                                                              "audit what it points to)"))
+            found.skipped.append((os.path.join(folder, name), SKIPPED,
+                                  "a symlink to a folder: not followed (name it as a PATH to audit what it points to)"))
             subfolders.remove(name)
         if any(_MODEL_STATES.match(name) for name in files):
             tags.append(Path(folder))
@@ -601,8 +602,8 @@ def audit(paths: list[str], config_root: str | None = None) -> tuple[list[dict[s
         except Exception as error:  # a bug of ours on an odd folder: that PATH's line, not a traceback
             errors.append(f"{path}: the audit failed on it ({type(error).__name__}: {str(error)[:200]})")
             continue
-        for folder, why in found.skipped:
-            reports.append(_unreadable(blank_report(folder), why))
+        for folder, verdict, why in found.skipped:
+            reports.append({**blank_report(folder), "verdict": verdict, "why": why})
         for run in found.runs:
             key = os.path.realpath(run.tag)
             if key in seen:

@@ -69,6 +69,11 @@ def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a plain file")
 
 
+def _why(error: BaseException) -> str:
+    strerror = getattr(error, "strerror", None)
+    return strerror.lower() if isinstance(strerror, str) else str(error)
+
+
 def open_regular(path: str) -> IO[bytes]:
     """``path`` opened for reading if it is a regular file (after its symlinks); raises NotRegular or Unreadable.
 
@@ -80,7 +85,7 @@ def open_regular(path: str) -> IO[bytes]:
             raise NotRegular(f"not a regular file ({_kind(mode)}): not opened")
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as error:
-        raise Unreadable(f"cannot read it: {error.strerror or error}") from None
+        raise Unreadable(f"cannot read it: {_why(error)}") from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
@@ -97,7 +102,7 @@ def read_capped(path: str, cap: int) -> bytes:
         try:
             data = file.read(cap + 1)
         except OSError as error:
-            raise Unreadable(f"cannot read it: {error.strerror or error}") from None
+            raise Unreadable(f"cannot read it: {_why(error)}") from None
     if len(data) > cap:
         raise Unreadable(f"holds more than {cap} bytes (the bound for this file): not read")
     return data
@@ -463,7 +468,7 @@ def load(path: str) -> Any:
                 file.seek(0)
                 return _load_legacy(file)
         except (OSError, EOFError) as error:
-            raise Unreadable(f"cannot read it: {getattr(error, 'strerror', None) or error}") from None
+            raise Unreadable(f"cannot read it: {_why(error)}") from None
     raise Unreadable("not a torch checkpoint (neither torch's zip nor its legacy format)")
 
 
