@@ -57,9 +57,9 @@ Reads the DeepSpeed checkpoints of finished runs (each PATH: a checkpoint folder
 folder, a Trainer output folder, or a folder of many runs, searched) and says per run, from its newest
 tag: the release that wrote it, its scheduler, the lr optimizer step 0 ran at (from its earliest save, and
 the record a patched run left there) and the lr DeepSpeed 0.19.8 runs it at, and a verdict: affected, not
-affected, unknown or unreadable (skipped: a symlinked folder, not followed). Nothing a checkpoint's pickle names is imported or run, no tensor is read,
-every read is bounded; needs neither torch nor deepspeed. A ds_config saved as a path is read when absolute,
-or relative under --config-root."""
+affected, unknown or unreadable (skipped: a symlinked folder, not followed). Nothing a checkpoint's pickle
+names is imported or run, no tensor is read, every read is bounded; needs neither torch nor deepspeed. A
+ds_config saved as a path is read when absolute, or relative under --config-root."""
 
 
 PYTHON_FLAGS = ("the job's own interpreter flags, as one word with '=' (--python-flags=-S, --python-flags='-X dev'): "
