@@ -183,7 +183,16 @@ class _Called(StandIn):
     func: Any
 
 
-class Storage:
+class _Data:
+    """What a BUILD on one of the reader's own objects sets: kept aside, so that it cannot replace their fields."""
+
+    pickled_state: Any = None
+
+    def __setstate__(self, state: Any) -> None:
+        self.pickled_state = state
+
+
+class Storage(_Data):
     """A storage the pickle refers to: its dtype's name and element count; its bytes are never read."""
 
     def __init__(self, kind: str, numel: int) -> None:
@@ -191,14 +200,14 @@ class Storage:
         self.numel = numel
 
 
-class Persistent:
+class Persistent(_Data):
     """A persistent id torch does not write: kept as data."""
 
     def __init__(self, pid: Any) -> None:
         self.pid = pid
 
 
-class Tensor:
+class Tensor(_Data):
     """A tensor's place in the data: its shape and storage dtype, no values."""
 
     def __init__(self, kind: str | None, shape: tuple[int, ...]) -> None:
