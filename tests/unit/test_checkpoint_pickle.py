@@ -142,3 +142,10 @@ def test_only_regular_files_are_opened(tmp_path: Path) -> None:
     (tmp_path / "big").write_bytes(b"x" * 11)
     with pytest.raises(Unreadable, match="more than 10 bytes"):
         checkpoint_pickle.read_capped(str(tmp_path / "big"), 10)
+
+
+@pytest.mark.parametrize("state", [b"}X\x05\x00\x00\x00shapeK\x07s", b"K\x07"], ids=["dict", "int"])
+def test_a_build_on_a_tensor_cannot_change_its_shape(state: bytes) -> None:
+    data, _ = files.torch_pickle(files.Tensor((2,)))
+    value, _ = checkpoint_pickle.loads(data[:-1] + state + b"b.")  # BUILD on the rebuilt tensor, then STOP
+    assert isinstance(value, Tensor) and value.shape == (2,)
