@@ -322,7 +322,8 @@ def _unlistable_tree() -> tuple[Path, Callable[..., subprocess.CompletedProcess[
     """A folder of runs holding a good run and a mode-700 run of someone else's, and the audit as run by a user
     who cannot list the latter. As root (which lists anything), the audit runs as `nobody` through setpriv, in
     a child `python -S`; as any other user, chmod 000 does it in a child too."""
-    base = Path(tempfile.mkdtemp(prefix="awp-audit-"))
+    # /tmp, not pytest's own folder (mode 700): the user the audit runs as must reach the tree
+    base = Path(tempfile.mkdtemp(prefix="awp-audit-", dir="/tmp" if os.path.isdir("/tmp") else None))
     base.chmod(0o755)
     files.write_run(base / "runs" / "good")
     files.write_run(base / "runs" / "locked")
