@@ -92,6 +92,9 @@ class Spec:
     fp16: bool = False
     overflow_steps: int = 0
     fused_adam: bool = False  # DeepSpeed's FusedAdam (a CPU op it compiles) instead of torch's Adam
+    # the client_state save_checkpoint is given: None, or "gpt-neox" / "megatron", shaped like theirs (real numpy
+    # and torch rng state objects; see _client_state). Changes no lr, so not part of the key.
+    client_state: str | None = None
 
     @property
     def key(self) -> str:
@@ -153,7 +156,8 @@ def run_deepspeed(spec: Spec) -> list[list[float | None]]:
     if spec.torch_scheduler:
         kwargs["lr_scheduler"] = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda k: (k + 1) / 4)
     if spec.save_to:
-        kwargs["after"] = lambda engine: engine.save_checkpoint(spec.save_to, tag="ckpt")
+        kwargs["after"] = lambda engine: engine.save_checkpoint(spec.save_to, tag="ckpt",
+                                                                client_state=_client_state(spec))
     if spec.resume_from:
         kwargs["before"] = lambda engine: engine.load_checkpoint(
             spec.resume_from, tag="ckpt", load_optimizer_states=spec.load_optimizer_states,
@@ -180,6 +184,29 @@ def run_deepspeed(spec: Spec) -> list[list[float | None]]:
     if spec.road == "early-bound":
         kwargs["initialize"] = _EARLY_BOUND[0]
     return demo.train_deepspeed(config, model, params, spec.steps, **kwargs)
+
+
+def _client_state(spec: Spec) -> dict[str, Any]:
+    """What a framework passes to save_checkpoint beside the model: gpt-neox's save_ds_checkpoint and
+    Megatron-DeepSpeed's save_checkpoint (both megatron/checkpointing.py) save the python, numpy and torch rng
+    states (and the cuda ones, which a CPU run has not), gpt-neox a dict of its args, Megatron its
+    argparse.Namespace."""
+    import argparse
+    import random
+
+    import numpy as np
+    import torch
+
+    if spec.client_state is None:
+        return {}
+    rng = {"random_rng_state": random.getstate(), "np_rng_state": np.random.get_state(),
+           "torch_rng_state": torch.get_rng_state()}
+    if spec.client_state == "gpt-neox":
+        return {"iteration": spec.steps, "args": {"num_layers": len(spec.groups), "hidden_size": 4}, **rng}
+    if spec.client_state == "megatron":
+        args = argparse.Namespace(lr=spec.groups[0], deepspeed=True, train_iters=spec.steps)
+        return {"args": args, "checkpoint_version": 3.0, "iteration": spec.steps, **rng}
+    raise ValueError(f"client_state {spec.client_state!r}")
 
 
 def _user_steps(spec: Spec, scheduler: Any) -> None:
