@@ -336,7 +336,9 @@ ADD_EXPORT_QUOTING: tuple[QuotingFact, ...] = (
 # accelerate ------------------------------------------------------------------------------
 
 ACCELERATE_FLOOR = "0.10.0"  # before it, DeepSpeedEngineWrapper subclassed DeepSpeedEngine
-NEWEST_ACCELERATE = "1.15.0"
+# 1.16.0 read at its tag: utils/deepspeed.py is unchanged from 1.15.0, and Accelerator._prepare_deepspeed still
+# builds the engine and its scheduler through deepspeed.initialize (only MS-AMP, TP and SP lines changed)
+NEWEST_ACCELERATE = "1.16.0"
 ACCELERATE_CPU_FLOOR = "0.29.0"  # older releases force nccl and cuda devices for DeepSpeed
 
 # Lookups ---------------------------------------------------------------------------------
