@@ -80,7 +80,8 @@ def _own_op_folder(session: nox.Session) -> None:
 def _own_ports(session: nox.Session, kind: str, index: int = 0) -> None:
     """A block of ports for this session's launches and servers (tests/ports.py), apart from any other
     session's, so that sessions running side by side never take each other's ports."""
-    first_block = {"tests": 0, "quick": 4, "launchers": 8, "matrix_engine": 12, "upstream_suite": 60, "newest": 62}[kind]
+    first_block = {"tests": 0, "quick": 4, "launchers": 8, "matrix_engine": 12, "upstream_suite": 60,
+                   "newest": 62}[kind]
     session.env["AWP_PORT_BASE"] = str(20000 + ports.PORTS * (first_block + index))
 
 

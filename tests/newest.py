@@ -21,7 +21,7 @@ import tarfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from accelerate_warmup_patch import releases  # noqa: E402
+from accelerate_warmup_patch import releases
 
 LR_SCHEDULES = "deepspeed/runtime/lr_schedules.py"
 ENGINE = "deepspeed/runtime/engine.py"
@@ -89,7 +89,7 @@ def main(argv: list[str]) -> int:
         print(f"newest: CHANGED: DeepSpeed {version} changes what the patch relies on; read the diff above and the "
               "guard table's rows (CONTRIBUTING.md, 'Adding a DeepSpeed or accelerate release')")
     else:
-        print(f"newest: nothing the patch relies on changed between DeepSpeed {releases.NEWEST_DEEPSPEED} and {version}")
+        print(f"newest: nothing the patch relies on changed from DeepSpeed {releases.NEWEST_DEEPSPEED} to {version}")
     return 0
 
 
