@@ -1,6 +1,6 @@
 """Sessions for CI and developers; the releases they install come from tests/tiers.py and tests/eras.py.
 
-    nox --parallel 2 -s ci      what .ci/run runs: every session CI needs, two at a time (CI_SESSIONS below)
+    nox --parallel 2 -s ci      every session CI needs, two at a time (CI_SESSIONS below; .ci/run runs them too)
     nox --parallel 2 -s quick   lint and the core promises on one buggy and one fixed release (about 3 min)
     nox -s demo [-- 0.14.4]     `accelerate-warmup-patch demo` in a venv, on a buggy DeepSpeed release by default
     nox -s matrix_era           each DeepSpeed minor on the stack of its month (tests/eras.py)
@@ -246,7 +246,7 @@ CI_MATRIX = ([f"matrix_engine(deepspeed='{v}')" for v in tiers.CI_ENGINE[0::2] +
              + ["ci_accelerate"]
              + [f"matrix_scheduler(deepspeed='{v}')" for v in tiers.CI_SCHEDULER]
              + [f"matrix_era({era})" for era in eras.CI_ERAS])
-# Everything .ci/run runs, longest first, so that two at a time (`nox --parallel 2 -s ci`) end together
+# Everything .ci/run runs (.ci/sessions.py), longest first, so that two at a time end together
 # (each session's time on a new machine: CONTRIBUTING.md). The demo is the README's own command: it runs
 # here so that a fresh machine proves it (it compiles no DeepSpeed op: docs/doctor.md, "demo").
 CI_SESSIONS = [*(f"tests(deepspeed='{v}')" for v in tiers.TEST_DEEPSPEED),
@@ -260,7 +260,8 @@ def ci_matrix(session: nox.Session) -> None:
 
 @nox.session(python=False, requires=CI_SESSIONS)
 def ci(session: nox.Session) -> None:
-    """What .ci/run runs: `nox --parallel 2 -s ci` (the sessions it requires; nothing of its own)."""
+    """Every session CI needs: `nox --parallel 2 -s ci` (the sessions it requires; nothing of its own). .ci/run runs
+    the same sessions through .ci/sessions.py, which prints their progress as it happens."""
 
 
 @nox.session(python="3.11")
