@@ -28,7 +28,8 @@ def patch_deepspeed(module: ModuleType) -> None:
                       "; it has every change the patch backports, so only step mode acts"):
         return
     engine_class = sys.modules["deepspeed.runtime.engine"].DeepSpeedEngine  # deepspeed/__init__.py imported it
-    # step mode's net is a row of its own: the one per-step net, wrapped where it acts (apply("step") later adds it)
+    # releases.WRAPPED's rows for this release and mode. Step mode's net, the one per-step net, is a row of step mode
+    # alone, so it is wrapped only where it acts (a later apply("step") runs this again and adds it).
     for row in releases.wrapped(version, wrapping.mode or Mode.OFF):
         _WRAPS[row.target](module, engine_class, version)
 
