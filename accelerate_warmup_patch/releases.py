@@ -361,11 +361,12 @@ class Wrapped:
 
 WRAPPED: tuple[Wrapped, ...] = (
     Wrapped(SCHEDULER_METHODS, Span(DEEPSPEED_FLOOR, None), ARMED,
-            "the fix (backport.py): each method that carries a backported change, on a release that lacks it"),
+            "the fix (backport.py): each method that carries a backported change, on the releases that lack it"),
     Wrapped("deepspeed.initialize", Span(DEEPSPEED_FLOOR, None), ARMED,
             "settles a scheduler built before the patch was applied; accelerate and the HF Trainer build through it"),
     Wrapped("DeepSpeedEngine.load_checkpoint", Span(DEEPSPEED_FLOOR, None), ARMED,
-            "gives each group the restored scheduler's lr when the optimizer's states were not loaded"),
+            "a load that did not restore the optimizer's lr: each group gets the restored scheduler's lr (where the "
+            "release builds the class wrong, or in step mode)"),
     Wrapped("DeepSpeedEngine.save_checkpoint", Span(DEEPSPEED_FLOOR, None), ARMED,
             "writes the record accelerate_warmup_patch.json beside each checkpoint (docs/mark.md)"),
     Wrapped("DeepSpeedEngine._take_model_step", Span(DEEPSPEED_FLOOR, None), ("step",),

@@ -93,10 +93,11 @@ def wrapped_table() -> str:
     for row in releases.WRAPPED:
         modes = ", ".join(row.modes)
         if row.target == releases.SCHEDULER_METHODS:
-            rows += ([f"`{target}`", span, modes, f"the fix (backport.py): {why}"]
-                     for target, span, why in _scheduler_methods())
+            fix = row.why.split(":")[0]
+            rows += ([f"`{target}`", span, modes, f"{fix}: {why}"] for target, span, why in _scheduler_methods())
         else:
-            rows.append([f"`{row.target}`", row.span, modes, row.why])
+            span = f"{row.span.first} and newer" if row.span.last is None else str(row.span)
+            rows.append([f"`{row.target}`", span, modes, row.why])
     lines = [WRAPPED_BEGIN, "", *_table(["wrapped", "DeepSpeed releases", "modes", "why"], rows), "", WRAPPED_END]
     return "\n".join(lines)
 
