@@ -27,7 +27,7 @@ SCHEDULER_TIER_TORCH = "2.1.2"  # a torch of their time (a CUDA build from the r
 # the newest patch of every accelerate minor whose DeepSpeed path runs on CPU
 ACCELERATE_TIER = ("0.29.3", "0.30.1", "0.31.0", "0.32.1", "0.33.0", "0.34.2", "1.0.1", "1.1.1", "1.2.1",
                    "1.3.0", "1.4.0", "1.5.2", "1.6.0", "1.7.0", "1.8.1", "1.9.0", "1.10.1", "1.11.0",
-                   "1.12.0", "1.13.0", "1.14.0", "1.15.0")
+                   "1.12.0", "1.13.0", "1.14.0", "1.15.0", "1.16.0")
 ACCELERATE_TIER_DEEPSPEED = ("0.14.4", NEWEST_DEEPSPEED)  # one buggy, one fixed
 # what CI runs on top of the full suite (TEST_DEEPSPEED): the releases where behavior changes
 CI_ENGINE = (ENGINE_TIER[0], "0.15.3", "0.18.9", "0.19.0", "0.19.3", "0.19.4")
