@@ -98,7 +98,11 @@ def tests(session: nox.Session, deepspeed: str) -> None:
     _install_stack(session, deepspeed)
     _own_ports(session, "tests", tiers.TEST_DEEPSPEED.index(deepspeed))
     session.install("pytest", "matplotlib")
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "--durations=8", *session.posargs,
+    # the machinery's modules run on the buggy release alone (tiers.ONE_RELEASE_TESTS says why, per module);
+    # files named after `--` run as named
+    once = [] if session.posargs or deepspeed == tiers.TEST_DEEPSPEED[0] else \
+        [f"--ignore={module}" for module in tiers.ONE_RELEASE_TESTS]
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "--durations=8", *once, *session.posargs,
                 env={"PYTHONUNBUFFERED": "1"})
 
 
