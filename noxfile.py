@@ -2,6 +2,7 @@
 
     nox --parallel 2 -s ci      what .ci/run runs: every session CI needs, two at a time (CI_SESSIONS below)
     nox --parallel 2 -s quick   lint and the core promises on one buggy and one fixed release (about 3 min)
+    nox -s unit                 the unit tier: pure logic, neither torch nor DeepSpeed installed (seconds)
     nox -s demo [-- 0.14.4]     `accelerate-warmup-patch demo` in a venv, on a buggy DeepSpeed release by default
     nox -s matrix_era           each DeepSpeed minor on the stack of its month (tests/eras.py)
 
@@ -60,6 +61,13 @@ def _install_stack(session: nox.Session, deepspeed: str, accelerate: str = tiers
                     f"deepspeed=={deepspeed}", *_accelerate_pins(accelerate))
     session.install(*this.split())
     _own_op_folder(session)
+    _require_deepspeed(session)
+
+
+def _require_deepspeed(session: nox.Session) -> None:
+    """In a session that installs DeepSpeed, a test module that needs it errors instead of skipping
+    (tests/conftest.py's ``installed``): a broken install must never pass as a run of skips."""
+    session.env["AWP_REQUIRE_DEEPSPEED"] = "1"
 
 
 def _own_op_folder(session: nox.Session) -> None:
@@ -88,6 +96,14 @@ def _accelerate_pins(accelerate: str) -> list[str]:
     old = releases.parse(accelerate) < (1, 1)  # transformers 5 requires accelerate>=1.1
     transformers = tiers.TEST_TRANSFORMERS_OLD_ACCELERATE if old else tiers.TEST_TRANSFORMERS
     return [f"accelerate=={accelerate}", f"transformers=={transformers}"]
+
+
+@nox.session(python="3.11")
+def unit(session: nox.Session) -> None:
+    """The unit tier (tests/unit): the guard table, the environment's value rules, the launchers' quoting and the
+    other pure logic, in one interpreter with neither torch nor DeepSpeed installed (seconds)."""
+    session.install("pytest", "-e", ".")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/unit", *session.posargs)
 
 
 @nox.session(python="3.11")
@@ -191,6 +207,7 @@ def matrix_scheduler(session: nox.Session, deepspeed: str) -> None:
     session.install("--no-build-isolation-package", "deepspeed", f"torch=={tiers.SCHEDULER_TIER_TORCH}",
                     "numpy<2", f"deepspeed=={deepspeed}", *extras)
     session.install("-e", ".")
+    _require_deepspeed(session)
     _matrix_run(session, "scheduler")
 
 
@@ -208,6 +225,7 @@ def _install_era(session: nox.Session, era: eras.Era) -> None:
         session.install(pin)
     session.install("--no-deps", "-e", ".")  # its dependencies are the era's (above)
     _own_op_folder(session)
+    _require_deepspeed(session)
 
 
 def _interpreter(version: str) -> str:
@@ -249,7 +267,8 @@ CI_MATRIX = ([f"matrix_engine(deepspeed='{v}')" for v in tiers.CI_ENGINE[0::2] +
 # (each session's time on a new machine: CONTRIBUTING.md). The demo is the README's own command: it runs
 # here so that a fresh machine proves it (it compiles no DeepSpeed op: docs/doctor.md, "demo").
 CI_SESSIONS = [*(f"tests(deepspeed='{v}')" for v in tiers.TEST_DEEPSPEED),
-               *(f"launchers(deepspeed='{v}')" for v in tiers.CI_LAUNCHERS), *CI_MATRIX, "package", "demo", "lint"]
+               *(f"launchers(deepspeed='{v}')" for v in tiers.CI_LAUNCHERS), *CI_MATRIX, "package", "demo", "lint",
+               "unit"]
 
 
 @nox.session(python=False, requires=CI_MATRIX)
