@@ -68,6 +68,7 @@ def test_armed_start_up_without_deepspeed_imports_the_package_alone():
 FINDER = "[f for f in sys.meta_path if type(f).__module__ == 'accelerate_warmup_patch']"
 
 
+@pytest.mark.usefixtures("deepspeed")
 def test_armed_start_up_loads_the_rest_of_the_package_at_the_first_deepspeed_import():
     proc = run_python(
         "import json, sys\n"
@@ -106,6 +107,7 @@ print(json.dumps(chains))
 """
 
 
+@pytest.mark.usefixtures("deepspeed")
 @pytest.mark.parametrize("imports, env", [
     # armed by the .pth: deepspeed's import runs the loader, which calls the hook that apply() registered
     ("import deepspeed", {"ACCELERATE_WARMUP_PATCH": "reset"}),
@@ -127,6 +129,7 @@ def test_using_the_api_before_any_framework_arms_the_hooks_at_once():
     assert proc.stdout.strip() == f"['import'] {WAITS_FOR} 1"
 
 
+@pytest.mark.usefixtures("deepspeed")
 def test_armed_by_the_pth_then_import_deepspeed_fixes_the_trajectory():
     spec = Spec()
     ran = run_specs(spec, env={"ACCELERATE_WARMUP_PATCH": "1"})
@@ -134,12 +137,14 @@ def test_armed_by_the_pth_then_import_deepspeed_fixes_the_trajectory():
     assert ran.data["status"]["applied_by"] == [".pth"]
 
 
+@pytest.mark.usefixtures("deepspeed")
 def test_armed_by_the_pth_then_import_accelerate_fixes_the_trajectory():
     spec = Spec(path="accelerate")
     ran = run_specs(spec, env={"ACCELERATE_WARMUP_PATCH": "on"})
     assert ran.lrs[spec.key] == GOLDEN["runs"][spec.key]
 
 
+@pytest.mark.usefixtures("deepspeed")
 def test_pth_plus_explicit_import_plus_apply_wraps_once():
     proc = run_python(
         "import accelerate_warmup_patch as awp; awp.apply(); awp.arm_from_environment('sitecustomize')\n"
@@ -159,7 +164,9 @@ MODE_AND_PATCHED = ("import accelerate_warmup_patch as awp, deepspeed, json\n"
                     "print(json.dumps([awp.status()['mode'], len(awp.status()['patched'])]))")
 
 
-@pytest.mark.parametrize("value", ["maybe", "o f f", "nope", "warn-me"])
+# one value of each kind in a real process armed by the .pth; every spelling is tests/unit/test_settings.py's
+@pytest.mark.usefixtures("deepspeed")
+@pytest.mark.parametrize("value", ["o f f"])
 def test_a_value_not_accepted_patches_nothing_and_warns_once_naming_the_accepted_ones(value):
     proc = run_python(MODE_AND_PATCHED, env={"ACCELERATE_WARMUP_PATCH": value})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -169,7 +176,8 @@ def test_a_value_not_accepted_patches_nothing_and_warns_once_naming_the_accepted
     assert settings.ACCEPTED in lines[0] and "nothing is changed by it" in lines[0]
 
 
-@pytest.mark.parametrize("value", [" ", "\t", "\n", "  \t "])
+@pytest.mark.usefixtures("deepspeed")
+@pytest.mark.parametrize("value", ["  \t "])
 def test_a_blank_value_is_unset_and_the_import_arms(value):
     proc = run_python(MODE_AND_PATCHED, env={"ACCELERATE_WARMUP_PATCH": value})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -178,9 +186,8 @@ def test_a_blank_value_is_unset_and_the_import_arms(value):
     assert "ACCELERATE_WARMUP_PATCH" not in proc.stderr
 
 
-@pytest.mark.parametrize(("value", "mode"), [("yes", "reset"), ("Enable", "reset"), ("enabled", "reset"),
-                                             ("no", "off"), ("none", "off"), ("disable", "off"),
-                                             ("DISABLED", "off")])
+@pytest.mark.usefixtures("deepspeed")
+@pytest.mark.parametrize(("value", "mode"), [("Enable", "reset"), ("DISABLED", "off")])
 def test_the_common_spellings_are_accepted_without_a_warning(value, mode):
     proc = run_python(MODE_AND_PATCHED, env={"ACCELERATE_WARMUP_PATCH": value})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -188,6 +195,7 @@ def test_the_common_spellings_are_accepted_without_a_warning(value, mode):
     assert "is not one of" not in proc.stderr
 
 
+@pytest.mark.usefixtures("deepspeed")
 def test_apply_with_a_mode_not_accepted_changes_nothing():
     proc = run_python(
         "import accelerate_warmup_patch as awp, deepspeed, json\n"

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_python
+from conftest import installed, run_python
+
+installed("deepspeed")  # every test here runs real DeepSpeed: without it the module skips
 
 # The seam: a layer of ours is an instance of the package's wrapper class, counted down the __wrapped__ chain.
 PRELUDE = """

@@ -18,6 +18,8 @@ from ports import port
 
 from accelerate_warmup_patch import releases
 
+installed("deepspeed")  # real launches of real engines: without DeepSpeed the module skips
+
 BIN = Path(sys.executable).parent
 SCRIPT = str(HERE / "quickstart_train.py")  # the README's train.py: one rank of launched.py
 LAUNCHED = str(HERE / "launched.py")

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_python
+from conftest import installed, run_python
+
+installed("deepspeed")  # every test here runs real DeepSpeed: without it the module skips
 
 USER_ERRORS = """
 import json, logging, torch
