@@ -308,13 +308,18 @@ def upstream_suite(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
-    """ruff, mypy, and the README's support table regenerated from the guard table."""
+    """ruff, mypy, the README's support table regenerated from the guard table, and the share of test lines inside
+    string literals."""
     # mypy checks the lowest supported Python (pyproject: python_version): mypy 1.19 dropped 3.9, and
     # wrapt 2.x's own stubs declare nothing below 3.10, so wrapt is 1.x here (untyped: Any)
-    session.install("ruff", "mypy<1.19", "wrapt<2", "-e", ".")
+    session.install("ruff", "mypy<1.19", "wrapt<2", "pytest", "-e", ".")  # pytest: the unit tier's types
     session.run("ruff", "check", "accelerate_warmup_patch", "tests", "noxfile.py", "benchmarks")
     session.run("mypy")
+    # the scripts the tests' child interpreters run, the unit tier and the checker below, on the tests' Python
+    # (pytest and its dependencies no longer parse as 3.9)
+    session.run("mypy", "--python-version", "3.11", "tests/children", "tests/unit", "tests/string_lines.py")
     session.run("python", "tests/tables.py", "--check")
+    session.run("python", "tests/string_lines.py")  # child scripts are files, not strings (under 5 % of lines)
 
 
 @nox.session(python="3.11")

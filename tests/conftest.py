@@ -17,6 +17,7 @@ import pytest
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
+CHILDREN = HERE / "children"
 
 _FROM_HARNESS = ("GOLDEN", "Ran", "Spec", "run_specs")
 # Set by the nox sessions that install DeepSpeed (noxfile.py): there a missing release is an error, not a skip.
@@ -58,6 +59,14 @@ def run_python(code: str, env: dict[str, str] | None = None) -> subprocess.Compl
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True,
                           timeout=600, cwd=HERE)
+
+
+def run_child(script: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``tests/children/<script>`` with ``args`` in a new interpreter (the scripts a test's child runs are
+    files, read by ruff and mypy like any other)."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, str(CHILDREN / script), *args], env=full_env, capture_output=True,
+                          text=True, timeout=600, cwd=HERE)
 
 
 def installed(distribution: str) -> str:

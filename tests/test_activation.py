@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import GOLDEN, Spec, run_python, run_specs
+from conftest import GOLDEN, Spec, run_child, run_python, run_specs
 
 from accelerate_warmup_patch import settings
 
@@ -85,37 +85,15 @@ def test_armed_start_up_loads_the_rest_of_the_package_at_the_first_deepspeed_imp
     assert status["applied_by"] == [".pth"] and "deepspeed.initialize" in status["patched"], status
 
 
-# The package's functions on the stack when patch_deepspeed starts, outermost first.
-CALLS_TO_PATCH_DEEPSPEED = r"""
-import importlib.util, json, os, sys
-package = os.path.dirname(importlib.util.find_spec("accelerate_warmup_patch").origin) + os.sep
-chains = []
-
-def profile(frame, event, arg):
-    if event == "call" and frame.f_code.co_name == "patch_deepspeed":
-        chain, caller = [], frame.f_back
-        while caller is not None:
-            if caller.f_code.co_filename.startswith(package) and caller.f_code.co_name != "<module>":
-                chain.append(caller.f_code.co_name)
-            caller = caller.f_back
-        chains.append(chain[::-1])
-
-sys.setprofile(profile)
-IMPORTS
-sys.setprofile(None)
-print(json.dumps(chains))
-"""
-
-
 @pytest.mark.usefixtures("deepspeed")
 @pytest.mark.parametrize("imports, env", [
     # armed by the .pth: deepspeed's import runs the loader, which calls the hook that apply() registered
-    ("import deepspeed", {"ACCELERATE_WARMUP_PATCH": "reset"}),
+    (["deepspeed"], {"ACCELERATE_WARMUP_PATCH": "reset"}),
     # deepspeed first: the package's import arms at once and patches what is loaded
-    ("import deepspeed\nimport accelerate_warmup_patch", {}),
+    (["deepspeed", "accelerate_warmup_patch"], {}),
 ])
 def test_from_the_pth_or_an_import_to_patch_deepspeed_in_at_most_four_calls(imports, env):
-    proc = run_python(CALLS_TO_PATCH_DEEPSPEED.replace("IMPORTS", imports), env=env)
+    proc = run_child("calls_to_patch_deepspeed.py", *imports, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     chains = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(chains) == 1 and 1 <= len(chains[0]) <= 4, chains  # deepspeed is patched once, at most 4 calls in
@@ -146,15 +124,7 @@ def test_armed_by_the_pth_then_import_accelerate_fixes_the_trajectory():
 
 @pytest.mark.usefixtures("deepspeed")
 def test_pth_plus_explicit_import_plus_apply_wraps_once():
-    proc = run_python(
-        "import accelerate_warmup_patch as awp; awp.apply(); awp.arm_from_environment('sitecustomize')\n"
-        "import deepspeed\n"
-        "w = deepspeed.initialize\n"
-        "assert not hasattr(w.__wrapped__, '__wrapped__'), 'wrapped twice'\n"
-        "assert awp.status()['patched'].count('deepspeed.initialize') == 1\n"
-        "print(awp.status()['applied_by'])",
-        env={"ACCELERATE_WARMUP_PATCH": "reset"},
-    )
+    proc = run_child("three_arms.py", env={"ACCELERATE_WARMUP_PATCH": "reset"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "['.pth', 'apply()', 'sitecustomize']"
 

@@ -207,15 +207,21 @@ def test_strict_alone_is_carried(monkeypatch: pytest.MonkeyPatch, deepspeed_rele
     assert launcher.carry(runner) == {ENV_STRICT: "1"} and runner.exports == {ENV_STRICT: "1"}
 
 
-def test_a_value_that_is_not_printable_is_logged_as_repr_shows_it(monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("runner_class", [PDSHRunner, OpenMPIRunner, SlurmRunner, SomeoneElsesRunner])
+def test_a_value_that_is_not_printable_is_logged_as_repr_shows_it(runner_class: type[MultiNodeRunner],
+                                                                   monkeypatch: pytest.MonkeyPatch,
                                                                    deepspeed_release: Callable[[str], None],
                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    # the review's case: the INFO line printed the raw value, so a value holding a newline and a line of
+    # DeepSpeed's own forged a log line (the WARNING already escaped it)
     deepspeed_release("0.19.8")
-    monkeypatch.setenv(ENV_MODE, "reset\nINFO: fake line")
-    runner = PDSHRunner()
-    launcher.carry(runner)
+    forged = "1\n[deepspeed] INFO: forged"
+    monkeypatch.setenv(ENV_MODE, "reset")
+    monkeypatch.setenv(ENV_STRICT, forged)
+    launcher.carry(runner_class())
     (info,) = _lines(caplog, logging.INFO)
-    assert "\n" not in info and repr("reset\nINFO: fake line") in info
+    assert "\n" not in info
+    assert f"exports {ENV_MODE}=reset, {ENV_STRICT}={forged!r} to every node" in info, info
 
 
 def test_exports_that_are_not_a_dict_are_an_error_for_the_wrapper_to_report(
@@ -224,5 +230,5 @@ def test_exports_that_are_not_a_dict_are_an_error_for_the_wrapper_to_report(
     monkeypatch.setenv(ENV_MODE, "reset")
     runner = PDSHRunner()
     runner.exports = []  # type: ignore[assignment]
-    with pytest.raises(TypeError, match="PDSHRunner.exports is a list, not a dict"):
+    with pytest.raises(TypeError, match=r"PDSHRunner\.exports is a list, not a dict"):
         launcher.carry(runner)

@@ -22,7 +22,8 @@ BLANK = ["", " ", "\t", "\n", "  \t ", "\r\n"]
 
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "accelerate_warmup_patch" and r.levelno == logging.WARNING]
+    return [r.getMessage() for r in caplog.records
+            if r.name == "accelerate_warmup_patch" and r.levelno == logging.WARNING]
 
 
 @pytest.fixture(autouse=True)
