@@ -67,7 +67,7 @@ def _is_python(segment: str) -> bool:
     if isinstance(node, ast.Constant):
         text = node.value if isinstance(node.value, str) else ""
     elif isinstance(node, ast.JoinedStr):
-        text = "".join(part.value if isinstance(part, ast.Constant) else "_" for part in node.values)
+        text = "".join(str(part.value) if isinstance(part, ast.Constant) else "_" for part in node.values)
     else:
         return False
     try:
