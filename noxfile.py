@@ -1,7 +1,7 @@
 """Sessions for CI and developers; the releases they install come from tests/tiers.py and tests/eras.py.
 
     nox --parallel 2 -s ci      what .ci/run runs: every session CI needs, two at a time (CI_SESSIONS below)
-    nox --parallel 2 -s quick   lint and the core promises on one buggy and one fixed release (about 3 min)
+    nox --parallel 2 -s quick   lint, the unit tier, the core promises on a buggy and a fixed release (about 3 min)
     nox -s unit                 the unit tier: pure logic, neither torch nor DeepSpeed installed (seconds)
     nox -s demo [-- 0.14.4]     `accelerate-warmup-patch demo` in a venv, on a buggy DeepSpeed release by default
     nox -s matrix_era           each DeepSpeed minor on the stack of its month (tests/eras.py)
@@ -117,11 +117,11 @@ def tests(session: nox.Session, deepspeed: str) -> None:
                 env={"PYTHONUNBUFFERED": "1"})
 
 
-@nox.session(python="3.11", requires=["lint"])
+@nox.session(python="3.11", requires=["lint", "unit"])
 @nox.parametrize("deepspeed", list(tiers.TEST_DEEPSPEED))
 def quick(session: nox.Session, deepspeed: str) -> None:
-    """The contributor's check, in minutes: lint, then the core promises (tiers.QUICK_TESTS) on real CPU
-    engines of one buggy and one fixed release. Left to .ci/run: the rest of the suite (start-up activation,
+    """The contributor's check, in minutes: lint and the unit tier, then the core promises (tiers.QUICK_TESTS) on
+    real CPU engines of one buggy and one fixed release. Left to .ci/run: the rest of the suite (start-up activation,
     launchers, roads, the CLI), the real MPI and Slurm launches, the version matrix and the built wheel."""
     _install_stack(session, deepspeed)
     _own_ports(session, "quick", tiers.TEST_DEEPSPEED.index(deepspeed))
