@@ -17,11 +17,7 @@ from conftest import installed, run_child, run_python
 
 from accelerate_warmup_patch import releases
 
-# the modules the patch waits for, as status() names them
-WAITS_FOR = ["deepspeed", "deepspeed.launcher.multinode_runner"]
-
 ARMED = {"ACCELERATE_WARMUP_PATCH": "reset"}
-FINDERS = "[f for f in sys.meta_path if type(f).__module__.startswith('accelerate_warmup_patch')]"
 
 
 def _last_json(proc) -> object:
@@ -30,73 +26,36 @@ def _last_json(proc) -> object:
 
 
 def test_a_find_spec_probe_is_not_an_import():
-    proc = run_python(
-        "import importlib.util, json, sys\n"
-        "assert importlib.util.find_spec('deepspeed') is not None\n"
-        "loaded = sorted(m for m in sys.modules if m.startswith(('accelerate_warmup_patch.', 'wrapt')))\n"
-        "import deepspeed\n"
-        "print(json.dumps([loaded, hasattr(deepspeed.initialize, '__wrapped__')]))", env=ARMED)
+    proc = run_child("hook_probes.py", "find_spec_is_not_an_import", env=ARMED)
     assert _last_json(proc) == [[], True]
 
 
 def test_the_finder_leaves_sys_meta_path_once_nothing_is_pending():
-    imports = "; ".join(f"import {name}" for name in WAITS_FOR)
-    proc = run_python(
-        "import json, sys\n"
-        f"before = len({FINDERS})\n"
-        "import deepspeed\n"
-        f"during = len({FINDERS})\n"
-        f"{imports}\n"
-        "import accelerate_warmup_patch as awp\n"
-        f"print(json.dumps([before, during, len({FINDERS}), awp.status()['waiting_for']]))", env=ARMED)
+    proc = run_child("hook_probes.py", "finder_leaves_once_nothing_is_pending", env=ARMED)
     before, during, after, waiting = _last_json(proc)
     assert (before, during, after, waiting) == (1, 1, 0, [])
 
 
 def test_remove_from_the_api_module_disarms_fully():
-    proc = run_python(
-        "import json, sys\n"
-        "from accelerate_warmup_patch.api import remove\n"
-        "remove()\n"
-        f"finders = len({FINDERS})\n"
-        "import deepspeed\n"
-        "import accelerate_warmup_patch as awp\n"
-        "print(json.dumps([finders, hasattr(deepspeed.initialize, '__wrapped__'), awp.status()['mode']]))", env=ARMED)
+    proc = run_child("hook_probes.py", "remove_from_the_api_module", env=ARMED)
     assert _last_json(proc) == [0, False, "off"]
 
 
 def test_reloading_the_package_leaves_one_finder():
-    proc = run_python(
-        "import importlib, json, sys\n"
-        "import accelerate_warmup_patch as awp\n"
-        "importlib.reload(awp); importlib.reload(awp)\n"
-        f"finders = len({FINDERS})\n"
-        "import deepspeed\n"
-        "print(json.dumps([finders, awp.status()['patched'].count('deepspeed.initialize')]))", env=ARMED)
+    proc = run_child("hook_probes.py", "reload_the_package", env=ARMED)
     assert _last_json(proc) == [1, 1]
 
 
 def test_reloading_deepspeed_leaves_no_stale_status():
-    proc = run_python(
-        "import importlib, json, deepspeed\n"
-        "import accelerate_warmup_patch as awp\n"
-        "awp.apply()\n"
-        "listed = 'deepspeed.initialize' in awp.status()['patched']\n"
-        "importlib.reload(deepspeed)\n"
-        "still = 'deepspeed.initialize' in awp.status()['patched']\n"
-        "wrapped = hasattr(deepspeed.initialize, '__wrapped__')\n"
-        "awp.apply()  # wraps what the reload put there\n"
-        "again = hasattr(deepspeed.initialize, '__wrapped__') and 'deepspeed.initialize' in awp.status()['patched']\n"
-        "print(json.dumps([listed, still, wrapped, again]))")
+    proc = run_child("hook_probes.py", "reload_deepspeed")
     assert _last_json(proc) == [True, False, False, True]
 
 
 # Thread A imports deepspeed; it is held inside the finder's find_spec (which CPython calls holding
 # the global import lock) until thread B, using the API for the first time, has begun importing
 # api.py. A design that takes a lock of its own in find_spec, while B holds it across that import,
-# deadlocks here; the joins' timeout turns that into a failure instead of a hang.
-
-
+# deadlocks here; the joins' timeout turns that into a failure instead of a hang
+# (tests/children/api_during_import.py).
 def test_a_first_api_use_during_another_threads_framework_import_does_not_deadlock():
     assert _last_json(_run_past_deepspeeds_import_race("api_during_import.py")) == [True, True, True, 1]
 
@@ -104,9 +63,8 @@ def test_a_first_api_use_during_another_threads_framework_import_does_not_deadlo
 # Thread A imports deepspeed (which imports accelerate), thread B imports accelerate, thread C uses the API.
 # One of A and B is held inside the package's _sweep, between two of its steps over the pending modules (in
 # the loader's sweep after deepspeed's hooks, or in the sweep of the apply() that arms the patch at
-# accelerate's import), while C runs its calls; then it goes on. Each hold and release is an Event.
-
-
+# accelerate's import), while C runs its calls; then it goes on. Each hold and release is an Event
+# (tests/children/import_race.py).
 @pytest.mark.parametrize("where, calls", [
     ("loader:deepspeed", "remove,apply"),  # was: RuntimeError (dict changed size) out of `import deepspeed`
     ("loader:deepspeed", "apply"),  # the same; and C's hook for deepspeed waited for a later apply()
@@ -172,15 +130,7 @@ def test_strict_mode_raises_out_of_the_import_when_a_hook_fails(unknown_deepspee
 
 
 def test_below_the_floor_nothing_is_wrapped():
-    # a fake version string: no DeepSpeed older than the floor installs beside torch 2.13
-    proc = run_python(
-        "import json, deepspeed\n"
-        "deepspeed.__version__ = '0.8.3'\n"
-        "from deepspeed.runtime import lr_schedules\n"
-        "import accelerate_warmup_patch as awp\n"
-        "awp.apply()\n"
-        "print(json.dumps([awp.status()['patched'], type(vars(lr_schedules.WarmupLR)['__init__']).__name__,"
-        " type(deepspeed.initialize).__name__]))")
+    proc = run_child("hook_probes.py", "below_the_floor")
     assert _last_json(proc) == [[], "function", "function"]
     assert "DeepSpeed 0.8.3 is older than 0.9.0" in proc.stderr and "nothing is patched" in proc.stderr
 
@@ -191,10 +141,7 @@ def test_a_real_sitecustomize_arms_the_patch_and_off_wins(tmp_path, value, armed
     env = {"PYTHONPATH": str(tmp_path)}
     if value:
         env["ACCELERATE_WARMUP_PATCH"] = value
-    proc = run_python(
-        "import json, deepspeed\n"
-        "import accelerate_warmup_patch as awp\n"
-        "print(json.dumps([hasattr(deepspeed.initialize, '__wrapped__'), awp.status()['applied_by']]))", env=env)
+    proc = run_child("hook_probes.py", "armed_by_sitecustomize", env=env)
     assert _last_json(proc) == ([True, ["sitecustomize"]] if armed else [False, []])
 
 
