@@ -6,6 +6,9 @@ multinode_runner.py), not computed from the table, so that a row edited by mista
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from importlib import metadata
+
 import pytest
 
 from accelerate_warmup_patch import releases
@@ -262,3 +265,17 @@ def test_an_untested_release_has_the_newest_releases_runners() -> None:
     assert {f.launcher for f in releases.runner_facts("0.19.8")} == {"pdsh", "openmpi", "mpich", "impi", "slurm",
                                                                      "mvapich"}
     assert {f.launcher for f in releases.runner_facts("0.9.0")} == {"pdsh", "openmpi", "mpich", "slurm", "mvapich"}
+
+
+def test_installed_asks_the_imported_module_first(deepspeed_release: Callable[[str], None]) -> None:
+    deepspeed_release("0.15.2")  # what runs, whatever the metadata says
+    assert releases.installed("deepspeed") == "0.15.2"
+
+
+def test_installed_reads_the_metadata_of_what_is_not_imported() -> None:
+    assert releases.installed("wrapt") == metadata.version("wrapt")  # the package's one dependency
+    assert releases.installed("accelerate-warmup-patch") == metadata.version("accelerate-warmup-patch")
+
+
+def test_installed_is_none_for_a_distribution_that_is_absent() -> None:
+    assert releases.installed("no-such-distribution-awp") is None
