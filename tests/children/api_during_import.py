@@ -27,6 +27,7 @@ def trace_b(frame: FrameType, event: str, arg: Any) -> None:
 
 def a() -> None:
     sys.settrace(trace_a)
+    import deepspeed  # noqa: F401  (the import thread A is held in)
 
 def b() -> None:
     a_in_find_spec.wait(60)

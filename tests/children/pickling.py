@@ -15,6 +15,10 @@ import torch
 import accelerate_warmup_patch as awp
 
 awp.apply(mode="step")  # every wrapper there is: step mode's net too
+# every module the patch wraps in: resolve() finds each wrapper through sys.modules
+import accelerate.utils.deepspeed  # noqa: F401
+import deepspeed
+import deepspeed.launcher.multinode_runner  # noqa: F401
 from deepspeed.runtime import lr_schedules
 
 

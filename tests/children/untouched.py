@@ -3,9 +3,13 @@
 import sys
 from pathlib import Path
 
+import torch
+
+# the import arms the patch; imported before the harness, which leaves an armed package armed
+import accelerate_warmup_patch  # noqa: F401
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: the harness
 import harness
-import torch
 from accelerate import Accelerator
 from accelerate.utils import DeepSpeedPlugin, DummyOptim, DummyScheduler
 
