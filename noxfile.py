@@ -1,7 +1,8 @@
 """Sessions for CI and developers; the releases they install come from tests/tiers.py and tests/eras.py.
 
     nox --parallel 2 -s ci      every session CI needs, two at a time (CI_SESSIONS below; .ci/run runs them too)
-    nox --parallel 2 -s quick   lint and the core promises on one buggy and one fixed release (about 3 min)
+    nox --parallel 2 -s quick   lint, the unit tier, the core promises on a buggy and a fixed release (about 3 min)
+    nox -s unit                 the unit tier: pure logic, neither torch nor DeepSpeed installed (seconds)
     nox -s demo [-- 0.14.4]     `accelerate-warmup-patch demo` in a venv, on a buggy DeepSpeed release by default
     nox -s matrix_era           each DeepSpeed minor on the stack of its month (tests/eras.py)
 
@@ -60,6 +61,13 @@ def _install_stack(session: nox.Session, deepspeed: str, accelerate: str = tiers
                     f"deepspeed=={deepspeed}", *_accelerate_pins(accelerate))
     session.install(*this.split())
     _own_op_folder(session)
+    _require_deepspeed(session)
+
+
+def _require_deepspeed(session: nox.Session) -> None:
+    """In a session that installs DeepSpeed, a test module that needs it errors instead of skipping
+    (tests/conftest.py's ``installed``): a broken install must never pass as a run of skips."""
+    session.env["AWP_REQUIRE_DEEPSPEED"] = "1"
 
 
 def _own_op_folder(session: nox.Session) -> None:
@@ -92,6 +100,14 @@ def _accelerate_pins(accelerate: str) -> list[str]:
 
 
 @nox.session(python="3.11")
+def unit(session: nox.Session) -> None:
+    """The unit tier (tests/unit): the guard table, the environment's value rules, the launchers' quoting and the
+    other pure logic, in one interpreter with neither torch nor DeepSpeed installed (seconds)."""
+    session.install("pytest", "-e", ".")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/unit", *session.posargs)
+
+
+@nox.session(python="3.11")
 @nox.parametrize("deepspeed", list(tiers.TEST_DEEPSPEED))
 def tests(session: nox.Session, deepspeed: str) -> None:
     """The suite on real CPU engines with one DeepSpeed release."""
@@ -106,11 +122,11 @@ def tests(session: nox.Session, deepspeed: str) -> None:
                 env={"PYTHONUNBUFFERED": "1"})
 
 
-@nox.session(python="3.11", requires=["lint"])
+@nox.session(python="3.11", requires=["lint", "unit"])
 @nox.parametrize("deepspeed", list(tiers.TEST_DEEPSPEED))
 def quick(session: nox.Session, deepspeed: str) -> None:
-    """The contributor's check, in minutes: lint, then the core promises (tiers.QUICK_TESTS) on real CPU
-    engines of one buggy and one fixed release. Left to .ci/run: the rest of the suite (start-up activation,
+    """The contributor's check, in minutes: lint and the unit tier, then the core promises (tiers.QUICK_TESTS) on
+    real CPU engines of one buggy and one fixed release. Left to .ci/run: the rest of the suite (start-up activation,
     launchers, roads, the CLI), the real MPI and Slurm launches, the version matrix and the built wheel."""
     _install_stack(session, deepspeed)
     _own_ports(session, "quick", tiers.TEST_DEEPSPEED.index(deepspeed))
@@ -196,6 +212,7 @@ def matrix_scheduler(session: nox.Session, deepspeed: str) -> None:
     session.install("--no-build-isolation-package", "deepspeed", f"torch=={tiers.SCHEDULER_TIER_TORCH}",
                     "numpy<2", f"deepspeed=={deepspeed}", *extras)
     session.install("-e", ".")
+    _require_deepspeed(session)
     _matrix_run(session, "scheduler")
 
 
@@ -213,6 +230,7 @@ def _install_era(session: nox.Session, era: eras.Era) -> None:
         session.install(pin)
     session.install("--no-deps", "-e", ".")  # its dependencies are the era's (above)
     _own_op_folder(session)
+    _require_deepspeed(session)
 
 
 def _interpreter(version: str) -> str:
@@ -254,7 +272,8 @@ CI_MATRIX = ([f"matrix_engine(deepspeed='{v}')" for v in tiers.CI_ENGINE[0::2] +
 # (each session's time on a new machine: CONTRIBUTING.md). The demo is the README's own command: it runs
 # here so that a fresh machine proves it (it compiles no DeepSpeed op: docs/doctor.md, "demo").
 CI_SESSIONS = [*(f"tests(deepspeed='{v}')" for v in tiers.TEST_DEEPSPEED),
-               *(f"launchers(deepspeed='{v}')" for v in tiers.CI_LAUNCHERS), *CI_MATRIX, "package", "demo", "lint"]
+               *(f"launchers(deepspeed='{v}')" for v in tiers.CI_LAUNCHERS), *CI_MATRIX, "package", "demo", "lint",
+               "unit"]
 
 
 @nox.session(python=False, requires=CI_MATRIX)
@@ -367,13 +386,18 @@ def upstream_suite(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
-    """ruff, mypy, and the README's support table regenerated from the guard table."""
+    """ruff, mypy, the README's support table regenerated from the guard table, and the share of test lines inside
+    string literals."""
     # mypy checks the lowest supported Python (pyproject: python_version): mypy 1.19 dropped 3.9, and
     # wrapt 2.x's own stubs declare nothing below 3.10, so wrapt is 1.x here (untyped: Any)
-    session.install("ruff", "mypy<1.19", "wrapt<2", "-e", ".")
+    session.install("ruff", "mypy<1.19", "wrapt<2", "pytest", "-e", ".")  # pytest: the unit tier's types
     session.run("ruff", "check", "accelerate_warmup_patch", "tests", "noxfile.py", "benchmarks", ".ci")
     session.run("mypy")
+    # the scripts the tests' child interpreters run, the unit tier and the checker below, on the tests' Python
+    # (pytest and its dependencies no longer parse as 3.9)
+    session.run("mypy", "--python-version", "3.11", "tests/children", "tests/unit", "tests/string_lines.py")
     session.run("python", "tests/tables.py", "--check")
+    session.run("python", "tests/string_lines.py")  # child scripts are files, not strings (under 5 % of lines)
 
 
 @nox.session(python="3.11")
