@@ -25,6 +25,7 @@ from conftest import GOLDEN, Spec, installed, run_specs
 
 from accelerate_warmup_patch import releases
 
+installed("deepspeed")  # real engines: without DeepSpeed the module skips (tests/unit reads synthetic files)
 Audit = Callable[..., "subprocess.CompletedProcess[str]"]
 
 # every one has a 0.19.8 trajectory in golden.json (its step 0 is what 0.19.8 runs)

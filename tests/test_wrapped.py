@@ -3,17 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-import pytest
+from conftest import run_child
 
 from accelerate_warmup_patch import releases, targets
 
-HERE = Path(__file__).resolve().parent
-DEEPSPEED = releases.installed("deepspeed")
 # where each row's owner lives, as status()["patched"] names it
 MODULES = {"deepspeed": "", "DeepSpeedEngine": "deepspeed.runtime.engine.",
            "MultiNodeRunner": "deepspeed.launcher.multinode_runner."}
@@ -46,13 +40,10 @@ def test_step_mode_alone_wraps_the_optimizer_step_and_nothing_is_wrapped_below_t
     assert releases.wrapped("0.19.8", "off") == ()
 
 
-@pytest.mark.skipif(DEEPSPEED is None, reason="needs DeepSpeed: the table is checked against a real apply()")
-def test_the_patch_wraps_what_the_table_says_in_every_mode():
-    env = {key: value for key, value in os.environ.items() if not key.startswith("ACCELERATE_WARMUP_PATCH")}
-    proc = subprocess.run([sys.executable, str(HERE / "wrapped_child.py")], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=HERE)
+def test_the_patch_wraps_what_the_table_says_in_every_mode(deepspeed: str) -> None:
+    # the conftest's fixture clears ACCELERATE_WARMUP_PATCH*: each mode is the child's apply(mode=...)
+    proc = run_child("wrapped.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
     patched = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert DEEPSPEED is not None
     for mode in ("reset", "step", "warn"):
-        assert patched[mode] == labels(DEEPSPEED, mode), mode
+        assert patched[mode] == labels(deepspeed, mode), mode
