@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from . import failures, log, releases, schedules, wrapping
 from .settings import ENV_MODE, Mode
-
-# schedulers whose build-time behaviour the patch has decided on: one try each
-settled = schedules.Seen()
+from .state import STATE
 
 
 @dataclass(frozen=True)
@@ -95,13 +94,13 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
     version = wrapping.deepspeed_version()
     if name is None or not releases.built_wrong(name, version):
         return
-    settled.add(scheduler)  # decided: a later net says nothing more about it
+    STATE.settled.add(scheduler)  # decided: a later net says nothing more about it
     if not schedules.is_fresh(scheduler):
         if not at_construction:  # built at a later iteration, the newest release too leaves its lr
             _name_unsettled(scheduler, name, version)
         return
     peak: list[Peak | None] = []
-    warn = wrapping.mode == Mode.WARN  # the same decisions and the same change, undone (schedules.change)
+    warn = STATE.mode == Mode.WARN  # the same decisions and the same change, undone (schedules.change)
     changes = schedules.change(
         scheduler, "start", f"starting {name} where DeepSpeed {releases.BEHAVIOR_REFERENCE} starts it",
         lambda: peak.append(_build_as_newest(scheduler, name, construction, version, peak_known)),
@@ -109,13 +108,13 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
     moved = [(i, old, new) for i, old, new in changes or [] if old != new]
     new_peak = peak[0] if peak and changes is not None else None
     if warn and (moved or new_peak):
-        wrapping.state.would_fix += 1
+        STATE.would_fix += 1
         _warn_instead(scheduler, name, version, changes or [], new_peak)
         return
     if moved:
         log.info("%s: %s %s (%s)", name, schedules.said(moved), when, _why(name, version))
     if moved or new_peak:
-        wrapping.state.fixes += 1
+        STATE.fixes += 1
 
 
 def _warn_instead(scheduler: Any, name: str, version: str, changes: list[schedules.Moved], peak: Peak | None) -> None:
@@ -172,7 +171,7 @@ def _backport_default_peak(scheduler: Any, name: str, construction: Construction
     old_max = list(scheduler.max_lrs)
     scheduler.max_lrs = new_max
     scheduler.delta_lrs = [big - small for big, small in zip(new_max, scheduler.min_lrs)]
-    if wrapping.mode != Mode.WARN:  # warn mode says it in its one line per scheduler (_warn_instead)
+    if STATE.mode != Mode.WARN:  # warn mode says it in its one line per scheduler (_warn_instead)
         log.warn_once(f"peak:{id(scheduler)}", "%s: no warmup_max_lr was given: peak lr %s -> %s (each group's own "
                       "lr, the default of DeepSpeed %s; DeepSpeed %s's default is %s)", name, schedules.fmt(old_max),
                       schedules.fmt(new_max), releases.BEHAVIOR_REFERENCE, version,
@@ -191,7 +190,7 @@ def _name_unsettled(scheduler: Any, name: str, version: str) -> None:
     iteration = scheduler.last_batch_iteration
     left = schedules.fmt([g["lr"] for g in optimizer.param_groups])
     start = schedules.fmt(lr_before_start(scheduler, name))
-    wrapping.state.not_fixed.append(f"{name} at iteration {iteration}: built before the patch was applied and "
+    STATE.not_fixed.append(f"{name} at iteration {iteration}: built before the patch was applied and "
                                     f"resumed without a step; its lr is left at {left}")
     log.warn_once(f"unsettled:{id(scheduler)}", "%s was built before the patch was applied and set to iteration %s "
                   "without a step (load_state_dict, or last_batch_iteration given to it): its lr is left at %s, "
@@ -215,7 +214,7 @@ def _constructor(original: Callable[..., Any], version: str) -> Callable[..., An
     signature = inspect.signature(original)
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-        if wrapping.mode is None or instance is None:
+        if STATE.mode is None or instance is None:
             return wrapped(*args, **kwargs)
         captured = _capture(signature, instance, args, kwargs)
         # The original has its say first: arguments it refuses raise its own error, and nothing of ours is said.
@@ -248,8 +247,8 @@ def _get_lr(original: Callable[..., Any], version: str) -> Callable[..., Any]:
 
 def _get_lr_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
     result = wrapped(*args, **kwargs)  # before the first step it logs the release's warning, as the newest does
-    mode = wrapping.mode  # passes through unarmed, and in warn mode outside its dry run (wrapping.dry)
-    if mode is None or (mode == Mode.WARN and not getattr(wrapping.dry, "on", False)) or instance is None:
+    mode = STATE.mode  # passes through unarmed, and in warn mode outside its dry run (STATE.dry)
+    if mode is None or (mode == Mode.WARN and not getattr(STATE.dry, "on", False)) or instance is None:
         return result
     try:
         if instance.last_batch_iteration < 0:
@@ -266,8 +265,8 @@ def _get_lr_ratio(original: Callable[..., Any], version: str) -> Callable[..., A
     past_warmup = releases.lacks("ratio_past_warmup", "WarmupCosineLR", version)
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-        mode = wrapping.mode  # passes through unarmed, and in warn mode outside its dry run (wrapping.dry)
-        if mode is None or (mode == Mode.WARN and not getattr(wrapping.dry, "on", False)) or instance is None or \
+        mode = STATE.mode  # passes through unarmed, and in warn mode outside its dry run (STATE.dry)
+        if mode is None or (mode == Mode.WARN and not getattr(STATE.dry, "on", False)) or instance is None or \
                 args or kwargs:
             return wrapped(*args, **kwargs)  # it takes no arguments: given some, the original says so itself
         try:
@@ -287,6 +286,6 @@ def _get_lr_ratio(original: Callable[..., Any], version: str) -> Callable[..., A
 
 
 # method -> its wrapper's maker, given the original and the running release (targets.py wraps with it)
-WRAPPERS: dict[str, Callable[[Callable[..., Any], str], Callable[..., Any]]] = {
+WRAPPERS: Mapping[str, Callable[[Callable[..., Any], str], Callable[..., Any]]] = MappingProxyType({
     "__init__": _constructor, "get_lr": _get_lr, "get_lr_ratio": _get_lr_ratio,
-}
+})

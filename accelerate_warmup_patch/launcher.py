@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Callable
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 from typing import Any
 
 from . import failures, log, releases, settings, wrapping
@@ -31,7 +31,7 @@ CARRIED = (settings.ENV_MODE, settings.ENV_STRICT)
 # srun --export=ALL,NAME=VALUE,... splits at every comma, quoted or not, so a value holding one would
 # end early and name another variable (tests/test_real_launchers.py, Slurm 22.05). Such a value stays
 # out of the list; the list's ALL passes this process's value on as it is.
-LIST_SEPARATOR = {"slurm": ","}
+LIST_SEPARATOR = MappingProxyType({"slurm": ","})
 
 
 def patch_runners(module: ModuleType) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
+from types import MappingProxyType
 
 
 class Start(enum.Enum):
@@ -197,7 +198,7 @@ UPSTREAM_CHANGES: tuple[Change, ...] = (
            "reading the old one"),
 )
 # WarmupDecayLR runs WarmupLR.__init__ (super().__init__) and inherits get_lr (lr_schedules.py @ v0.9.0..v0.19.8)
-_INHERITS = {"WarmupDecayLR": "WarmupLR"}
+_INHERITS = MappingProxyType({"WarmupDecayLR": "WarmupLR"})
 
 
 # the change keys: ``lacks`` refuses any other, so a typo is an error, never a quiet False

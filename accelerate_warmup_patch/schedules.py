@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import copy
 import sys
-import weakref
 from collections.abc import Callable
 from typing import Any
 
-from . import failures, releases, wrapping
+from . import failures, releases
 from .settings import Mode
+from .state import STATE
 
 SCHEDULES_MODULE = "deepspeed.runtime.lr_schedules"
-KNOWN = releases.scheduler_classes()
+KNOWN: tuple[str, ...] = releases.scheduler_classes()
 
 
 def class_name(scheduler: object) -> str | None:
@@ -43,27 +43,6 @@ def torch_optimizer(optimizer: Any) -> Any:
 def is_fresh(scheduler: Any) -> bool:
     """True while the scheduler has never stepped: built with last_batch_iteration=-1."""
     return getattr(scheduler, "last_batch_iteration", None) == -1
-
-
-class Seen:
-    """Objects seen, by id (a scheduler may be unhashable), forgotten when they die. An object without
-    __weakref__ is not remembered: its id could be reused by a newer object while it is recorded."""
-
-    def __init__(self) -> None:
-        self.ids: set[int] = set()  # a set of ints: `id(x) in seen.ids` runs on step mode's every optimizer step
-
-    def __contains__(self, obj: object) -> bool:
-        return id(obj) in self.ids
-
-    def add(self, obj: object) -> None:
-        key = id(obj)
-        if key in self.ids:
-            return
-        try:
-            weakref.finalize(obj, self.ids.discard, key)
-        except TypeError:
-            return
-        self.ids.add(key)
 
 
 def lr_value(lr: Any) -> float:
@@ -100,12 +79,12 @@ def change(scheduler: Any, key: str, what: str, action: Callable[[], object], co
     In warn mode the action runs as in reset mode, and then everything it changed is restored: the same
     decisions, with nothing left written (the groups hold their very lr objects, with their values)."""
     saved = None
-    dry = wrapping.mode == Mode.WARN
+    dry = STATE.mode == Mode.WARN
     try:
         groups = scheduler.optimizer.param_groups
         saved = _snapshot(scheduler, groups)
         before = [lr_value(g["lr"]) for g in groups]
-        with wrapping.dry_run(dry):
+        with STATE.dry_run(dry):
             action()
         after = [lr_value(g["lr"]) for g in groups]
         if dry:

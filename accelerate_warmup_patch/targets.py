@@ -11,17 +11,18 @@ step mode's net; accelerate's own code is not wrapped (it builds its engine thro
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from types import ModuleType
+from collections.abc import Callable, Mapping
+from types import MappingProxyType, ModuleType
 
 from . import backport, failures, launcher, log, nets, releases, schedules, wrapping
 from .settings import Mode
+from .state import STATE
 
 
 def patch_deepspeed(module: ModuleType) -> None:
     """Everything on DeepSpeed's side, decided by its release: below the table's floor, nothing."""
     version = str(getattr(module, "__version__", "0"))
-    wrapping.state.deepspeed_version = version
+    STATE.deepspeed_version = version
     if not _supported("ds", "DeepSpeed", version, releases.deepspeed_support(version), releases.DEEPSPEED_FLOOR,
                       releases.NEWEST_DEEPSPEED, "nothing is patched",
                       "; it has every change the patch backports, so only step mode acts"):
@@ -33,7 +34,7 @@ def patch_deepspeed(module: ModuleType) -> None:
         wrapping.wrap(cls, method, backport.WRAPPERS[method](vars(cls)[method], version))
     wrapping.wrap(module, "initialize", nets.initialize_wrapper)
     wrapping.wrap(engine_class, "load_checkpoint", nets.load_checkpoint_wrapper(vars(engine_class)["load_checkpoint"]))
-    if wrapping.mode == Mode.STEP:  # the one per-step net, where it acts (apply("step") later adds it)
+    if STATE.mode == Mode.STEP:  # the one per-step net, where it acts (apply("step") later adds it)
         _wrap_optimizer_step(engine_class, version)
 
 
@@ -61,8 +62,8 @@ def _supported(key: str, framework: str, version: str, level: releases.Support, 
 
 
 # module name -> what patches it, right after its import; api.py calls it, undoes and reports what it raises
-# (api.WAITS_FOR names the same modules, without loading this one)
-PATCHERS: dict[str, Callable[[ModuleType], None]] = {
+# (the package's WAITS_FOR names the same modules, without loading this one: a unit test checks they agree)
+PATCHERS: Mapping[str, Callable[[ModuleType], None]] = MappingProxyType({
     "deepspeed": patch_deepspeed,
     launcher.MODULE: launcher.patch_runners,
-}
+})

@@ -15,10 +15,7 @@ import subprocess
 import pytest
 from conftest import installed, run_python
 
-from accelerate_warmup_patch import releases
-
-# the modules the patch waits for, as status() names them
-WAITS_FOR = ["deepspeed", "deepspeed.launcher.multinode_runner"]
+from accelerate_warmup_patch import WAITS_FOR, releases
 
 ARMED = {"ACCELERATE_WARMUP_PATCH": "reset"}
 FINDERS = "[f for f in sys.meta_path if type(f).__module__.startswith('accelerate_warmup_patch')]"
@@ -139,16 +136,17 @@ def test_a_first_api_use_during_another_threads_framework_import_does_not_deadlo
 
 
 # Thread A imports deepspeed (which imports accelerate), thread B imports accelerate, thread C uses the API.
-# One of A and B is held inside the package's _sweep, between two of its steps over the pending modules (in
+# One of A and B is held inside the package's sweep of its hooks, between two of its steps over the pending modules (in
 # the loader's sweep after deepspeed's hooks, or in the sweep of the apply() that arms the patch at
 # accelerate's import), while C runs its calls; then it goes on. Each hold and release is an Event.
 RACE = r"""
 import json, logging, os, sys, threading
 import accelerate_warmup_patch as awp
 
-from accelerate_warmup_patch import wrapping
+from accelerate_warmup_patch.state import STATE
 
-API_LOCK = wrapping.lock  # the seam: which thread holds apply()'s lock
+API_LOCK = STATE.lock  # the seam: which thread holds apply()'s lock
+HOOKS = STATE.hooks  # the start-up module's post-import hooks
 WHERE, CALLS = sys.argv[1], sys.argv[2].split(",")
 held, release, go = threading.Event(), threading.Event(), threading.Event()
 imports_left, count_lock = [2], threading.Lock()
@@ -164,17 +162,17 @@ logging.getLogger("accelerate_warmup_patch").addHandler(Collect())
 def sweep_caller(frame):
     while frame is not None and frame.f_code.co_name in ("<listcomp>", "<genexpr>"):
         frame = frame.f_back
-    if frame is None or frame.f_code.co_name != "_sweep":
+    if frame is None or frame.f_code.co_name != "sweep":
         return None
     caller, names = frame.f_back, []
-    if caller.f_code.co_name == "exec_module":
+    if caller.f_code.co_name == "call_hooks":
         return "loader:" + caller.f_locals["module"].__name__
     while frame is not None:
         names.append(frame.f_code.co_name)
         frame = frame.f_back
     return "arming" if caller.f_code.co_name == "apply" and "_arm" in names else None
 
-ready = awp._ready
+ready = HOOKS.ready
 
 def ready_after_a_hold(name):
     if sweep_caller(sys._getframe(1)) == WHERE and not held.is_set():
@@ -187,7 +185,7 @@ def ready_after_a_hold(name):
             release.wait(120)
     return ready(name)
 
-awp._ready = ready_after_a_hold
+HOOKS.ready = ready_after_a_hold
 
 def import_ended():
     with count_lock:
