@@ -45,8 +45,8 @@ def _patch(module: "ModuleType") -> None:
             targets.PATCHERS[name](module)
         except Exception as error:
             wrapping.unwrap_since(mark)  # no half-patched release
-            failures.report(f"hook:{name}", f"patching {name}", error,
-                            f"{name} is left unpatched; what was patched before stays")
+            failures.report(f"hook:{name}", what=f"patching {name}", error=error,
+                            consequence=f"{name} is left unpatched; what was patched before stays")
 
 
 def _wanted(name: str) -> bool:
@@ -102,8 +102,8 @@ def _settle_live() -> None:
     try:
         nets.settle_live()
     except Exception as error:
-        failures.report("settle-live", "settling the schedulers built before the patch was applied", error,
-                        "those schedulers run as unpatched; new ones are fixed")
+        failures.report("settle-live", what="settling the schedulers built before the patch was applied",
+                        error=error, consequence="those schedulers run as unpatched; new ones are fixed")
 
 
 def remove() -> None:

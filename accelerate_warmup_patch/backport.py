@@ -83,9 +83,9 @@ def settle(scheduler: Any, construction: Construction | None, when: str, peak_kn
     try:
         _settle(scheduler, construction, when, peak_known, at_construction)
     except Exception as error:  # runs inside the user's constructor: never break it
-        failures.report("settle", f"deciding how to start {type(scheduler).__name__} as DeepSpeed "
-                        f"{releases.BEHAVIOR_REFERENCE} starts it", error,
-                        "that scheduler runs exactly as unpatched (this warning is not repeated)")
+        failures.report("settle", what=f"deciding how to start {type(scheduler).__name__} as DeepSpeed "
+                        f"{releases.BEHAVIOR_REFERENCE} starts it", error=error,
+                        consequence="that scheduler runs exactly as unpatched (this warning is not repeated)")
 
 
 def _settle(scheduler: Any, construction: Construction | None, when: str, peak_known: bool,
@@ -99,17 +99,18 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
         if not at_construction:  # built at a later iteration, the newest release too leaves its lr
             _name_unsettled(scheduler, name, version)
         return
-    peak: list[Peak | None] = []
     warn = STATE.mode == Mode.WARN  # the same decisions and the same change, undone (schedules.change)
-    changes = schedules.change(
-        scheduler, "start", f"starting {name} where DeepSpeed {releases.BEHAVIOR_REFERENCE} starts it",
-        lambda: peak.append(_build_as_newest(scheduler, name, construction, version, peak_known)),
-        "that scheduler runs exactly as unpatched (this warning is not repeated)", all_groups=warn)
-    moved = [(i, old, new) for i, old, new in changes or [] if old != new]
-    new_peak = peak[0] if peak and changes is not None else None
+    changed = schedules.change(
+        scheduler, key="start", what=f"starting {name} where DeepSpeed {releases.BEHAVIOR_REFERENCE} starts it",
+        action=lambda: _build_as_newest(scheduler, name, construction, version, peak_known),
+        consequence="that scheduler runs exactly as unpatched (this warning is not repeated)", all_groups=warn)
+    if changed is None:  # it failed, was undone and reported
+        return
+    moved = [(i, old, new) for i, old, new in changed.moved if old != new]
+    new_peak = changed.result
     if warn and (moved or new_peak):
         STATE.would_fix += 1
-        _warn_instead(scheduler, name, version, changes or [], new_peak)
+        _warn_instead(scheduler, name, version, changed.moved, new_peak)
         return
     if moved:
         log.info("%s: %s %s (%s)", name, schedules.said(moved), when, _why(name, version))
@@ -221,8 +222,9 @@ def _constructor(original: Callable[..., Any], version: str) -> Callable[..., An
         result = wrapped(*args, **kwargs)
         construction = captured if isinstance(captured, Construction) else None
         if isinstance(captured, Exception):  # the original took what we could not read: our failure
-            failures.report("capture", f"reading the arguments of {type(instance).__name__}", captured,
-                            "its first-step lr is still fixed; its default peak lr is left as this DeepSpeed sets it")
+            failures.report("capture", what=f"reading the arguments of {type(instance).__name__}", error=captured,
+                            consequence="its first-step lr is still fixed; its default peak lr is left as this "
+                                        "DeepSpeed sets it")
         # a failed capture has said that the default peak is left alone: no second warning about it
         settle(instance, construction, "at construction", peak_known=construction is not None, at_construction=True)
         return result
@@ -254,8 +256,8 @@ def _get_lr_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwarg
         if instance.last_batch_iteration < 0:
             return lr_before_start(instance, schedules.class_name(instance) or "")
     except Exception as error:
-        failures.report("get_lr", f"get_lr() of {type(instance).__name__} before its first step", error,
-                        "get_lr() returns what this DeepSpeed returns")
+        failures.report("get_lr", what=f"get_lr() of {type(instance).__name__} before its first step", error=error,
+                        consequence="get_lr() returns what this DeepSpeed returns")
     return result
 
 
@@ -274,8 +276,8 @@ def _get_lr_ratio(original: Callable[..., Any], version: str) -> Callable[..., A
             past = not before and past_warmup and instance.last_batch_iteration >= instance.warmup_num_steps
             ratio = cosine_ratio(instance) if past else None
         except Exception as error:
-            failures.report("get_lr_ratio", f"get_lr_ratio() of {type(instance).__name__}", error,
-                            "get_lr_ratio() returns what this DeepSpeed returns")
+            failures.report("get_lr_ratio", what=f"get_lr_ratio() of {type(instance).__name__}", error=error,
+                            consequence="get_lr_ratio() returns what this DeepSpeed returns")
             return wrapped()
         if before:
             wrapped()  # the release's warning, as the newest logs it

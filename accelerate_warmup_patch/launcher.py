@@ -41,9 +41,9 @@ def patch_runners(module: ModuleType) -> None:
         return  # targets.patch_deepspeed has said, once, that nothing is patched on this release
     base = getattr(module, "MultiNodeRunner", None)
     if not isinstance(base, type) or "__init__" not in vars(base):
-        failures.report("launcher:base", "finding MultiNodeRunner.__init__", LookupError(
+        failures.report("launcher:base", what="finding MultiNodeRunner.__init__", error=LookupError(
             f"deepspeed.launcher.multinode_runner of DeepSpeed {version} has no MultiNodeRunner.__init__"),
-            "ACCELERATE_WARMUP_PATCH is not exported to the other nodes")
+            consequence="ACCELERATE_WARMUP_PATCH is not exported to the other nodes")
         return
     wrapping.wrap(base, "__init__", _init_wrapper)
 
@@ -58,8 +58,8 @@ def _init_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs:
     except failures.PatchError:
         raise
     except Exception as error:
-        failures.report("launcher:carry", "exporting ACCELERATE_WARMUP_PATCH to the other nodes", error,
-                        "the nodes use their own value; the launch goes on")
+        failures.report("launcher:carry", what="exporting ACCELERATE_WARMUP_PATCH to the other nodes", error=error,
+                        consequence="the nodes use their own value; the launch goes on")
     return result
 
 

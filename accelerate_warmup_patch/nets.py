@@ -59,8 +59,8 @@ def load_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
                 if not _optimizer_lr_restored(signature, instance, args, kwargs):
                     align_after_load(instance)
             except Exception as error:
-                failures.report("align", "aligning the lr after load_checkpoint", error,
-                                "the lr after this load is left as DeepSpeed set it")
+                failures.report("align", what="aligning the lr after load_checkpoint", error=error,
+                                consequence="the lr after this load is left as DeepSpeed set it")
         return result
 
     return wrapper
@@ -83,8 +83,8 @@ def prepare_first_step(engine: Any, when: str = "before the first optimizer step
         if scheduler not in STATE.settled:
             backport.settle(scheduler, _construction_from_config(engine, scheduler), when)
     except Exception as error:  # the nets run inside the user's initialize and optimizer step: never break them
-        failures.report("net", "preparing the scheduler for the first optimizer step", error,
-                        "that scheduler runs as this DeepSpeed made it")
+        failures.report("net", what="preparing the scheduler for the first optimizer step", error=error,
+                        consequence="that scheduler runs as this DeepSpeed made it")
 
 
 def settle_live() -> None:
@@ -143,8 +143,8 @@ def step_before_first_optimizer_step(engine: Any, scheduler: Any) -> None:
         prepare_first_step(engine)  # built before the patch, on a road no net saw: settled as every net settles
         _step_once(scheduler)
     except Exception as error:  # runs inside the user's optimizer step: never break it
-        failures.report("step-net", "stepping the scheduler before the first optimizer step", error,
-                        "that scheduler runs as in mode reset")
+        failures.report("step-net", what="stepping the scheduler before the first optimizer step", error=error,
+                        consequence="that scheduler runs as in mode reset")
 
 
 def _step_once(scheduler: Any) -> None:
@@ -156,12 +156,13 @@ def _step_once(scheduler: Any) -> None:
                  "%s: user code stepped it, or a checkpoint restored it); step mode steps only a fresh scheduler",
                  name, scheduler.last_batch_iteration)
         return
-    changes = schedules.change(scheduler, "step", f"stepping {name} once (mode=step)", scheduler.step,
-                               "that scheduler runs as in mode reset (this warning is not repeated)", all_groups=True)
-    if changes is not None:
+    changed = schedules.change(scheduler, key="step", what=f"stepping {name} once (mode=step)", action=scheduler.step,
+                               consequence="that scheduler runs as in mode reset (this warning is not repeated)",
+                               all_groups=True)
+    if changed is not None:
         STATE.fixes += 1
         log.info("%s: stepped once before the first optimizer step: %s (mode=step: step k uses lr(k))", name,
-                 schedules.said(changes))
+                 schedules.said(changed.moved))
 
 
 def align_after_load(engine: Any) -> None:
@@ -184,8 +185,9 @@ def align_after_load(engine: Any) -> None:
         if [schedules.lr_value(g["lr"]) for g in groups] != [schedules.lr_value(t) for t in targets]:
             schedules.write(groups, targets, version)
 
-    changes = schedules.change(scheduler, "align", "aligning the lr after load_checkpoint", align,
-                               "the lr after this load is left as DeepSpeed set it")
+    changed = schedules.change(scheduler, key="align", what="aligning the lr after load_checkpoint", action=align,
+                               consequence="the lr after this load is left as DeepSpeed set it")
+    changes = changed.moved if changed is not None else []
     if changes and STATE.mode == Mode.WARN:  # a dry run: nothing was left changed
         STATE.would_fix += 1
         log.warn_job_once(f"warn-align:{id(scheduler)}", "%s: after load_checkpoint the next optimizer step will run "

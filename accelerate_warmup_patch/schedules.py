@@ -11,7 +11,8 @@ from __future__ import annotations
 import copy
 import sys
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from . import failures, releases
 from .settings import Mode
@@ -69,12 +70,22 @@ def fmt(values: list[Any]) -> str:
 
 # one group's lr before and after a change: (group index, old lr, new lr)
 Moved = tuple[int, float, float]
+Result = TypeVar("Result")
 
 
-def change(scheduler: Any, key: str, what: str, action: Callable[[], object], consequence: str,
-           all_groups: bool = False) -> list[Moved] | None:
-    """The one way the patch changes a scheduler: snapshot, act, restore on error and report; returns the
-    groups' lr changes (every group's with ``all_groups``), or None when it failed and restored.
+@dataclass(frozen=True)
+class Changed(Generic[Result]):
+    """What a change did: the groups' lr changes, and what its action returned."""
+
+    moved: list[Moved]
+    result: Result
+
+
+def change(scheduler: Any, *, key: str, what: str, action: Callable[[], Result], consequence: str,
+           all_groups: bool = False) -> Changed[Result] | None:
+    """The one way the patch changes a scheduler: snapshot, act, restore on error and report (``key``,
+    ``what`` and ``consequence`` say it, as ``failures.report`` does); returns the groups' lr changes (every
+    group's with ``all_groups``) and the action's result, or None when it failed and restored.
 
     In warn mode the action runs as in reset mode, and then everything it changed is restored: the same
     decisions, with nothing left written (the groups hold their very lr objects, with their values)."""
@@ -85,16 +96,17 @@ def change(scheduler: Any, key: str, what: str, action: Callable[[], object], co
         saved = _snapshot(scheduler, groups)
         before = [lr_value(g["lr"]) for g in groups]
         with STATE.dry_run(dry):
-            action()
+            result = action()
         after = [lr_value(g["lr"]) for g in groups]
         if dry:
             _restore(scheduler, groups, saved)
     except Exception as error:
         if saved is not None:
             _restore(scheduler, groups, saved)
-        failures.report(key, what, error, consequence)
+        failures.report(key, what=what, error=error, consequence=consequence)
         return None
-    return [(i, old, new) for i, (old, new) in enumerate(zip(before, after)) if all_groups or old != new]
+    moved = [(i, old, new) for i, (old, new) in enumerate(zip(before, after)) if all_groups or old != new]
+    return Changed(moved, result)
 
 
 def said(changes: list[Moved]) -> str:

@@ -23,9 +23,9 @@ def patch_deepspeed(module: ModuleType) -> None:
     """Everything on DeepSpeed's side, decided by its release: below the table's floor, nothing."""
     version = str(getattr(module, "__version__", "0"))
     STATE.deepspeed_version = version
-    if not _supported("ds", "DeepSpeed", version, releases.deepspeed_support(version), releases.DEEPSPEED_FLOOR,
-                      releases.NEWEST_DEEPSPEED, "nothing is patched",
-                      "; it has every change the patch backports, so only step mode acts"):
+    if not _supported("ds", framework="DeepSpeed", version=version, level=releases.deepspeed_support(version),
+                      floor=releases.DEEPSPEED_FLOOR, newest=releases.NEWEST_DEEPSPEED, skipped="nothing is patched",
+                      untested="; it has every change the patch backports, so only step mode acts"):
         return
     lr_schedules = sys.modules[schedules.SCHEDULES_MODULE]  # deepspeed/__init__.py imported both
     engine_class = sys.modules["deepspeed.runtime.engine"].DeepSpeedEngine
@@ -43,12 +43,12 @@ def _wrap_optimizer_step(engine_class: type, version: str) -> None:
     if optimizer_step is not None and optimizer_step in vars(engine_class):
         wrapping.wrap(engine_class, optimizer_step, nets.optimizer_step_wrapper)
     else:  # an untested release that moved it: step mode has no moment to act
-        failures.report("optimizer-step", f"finding DeepSpeedEngine.{optimizer_step}, where step mode acts",
-                        LookupError(f"DeepSpeed {version} has no DeepSpeedEngine.{optimizer_step}"),
-                        "step mode steps no scheduler; everything else applies")
+        failures.report("optimizer-step", what=f"finding DeepSpeedEngine.{optimizer_step}, where step mode acts",
+                        error=LookupError(f"DeepSpeed {version} has no DeepSpeedEngine.{optimizer_step}"),
+                        consequence="step mode steps no scheduler; everything else applies")
 
 
-def _supported(key: str, framework: str, version: str, level: releases.Support, floor: str, newest: str,
+def _supported(key: str, *, framework: str, version: str, level: releases.Support, floor: str, newest: str,
                skipped: str, untested: str) -> bool:
     """False below the table's floor; said once, as is a release newer than the table's newest."""
     if level is releases.Support.UNSUPPORTED:
