@@ -6,8 +6,9 @@ cannot change: constants and f-strings, tuples and frozensets of them, read-only
 expressions, type aliases and type variables, and the logging objects a library makes once (a logger, a
 handler, a formatter). A value whose annotation says it is a tuple or a frozenset is checked by the type
 checker, so it is allowed too. Any other value (a list, a dict, a set, an instance of anything else) is
-mutable state, and so is a ``global`` statement: both belong in state.py's ``STATE``. The start-up module keeps its hooks' bookkeeping, ``_HOOKS``:
-it must exist before anything else of the package is loaded. Read from the source, with the standard library.
+mutable state, and so is a ``global`` statement: both belong in state.py's ``STATE``. The start-up module
+keeps its hooks' bookkeeping, ``_HOOKS``: it must exist before anything else of the package is loaded. Read
+from the source, with the standard library.
 """
 
 from __future__ import annotations
