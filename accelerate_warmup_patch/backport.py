@@ -203,9 +203,9 @@ def _name_unsettled(scheduler: Any, name: str, version: str) -> None:
 
 def _why(name: str, version: str) -> str:
     fact = releases.start_fact(name, version)
-    if fact is None or fact.start is releases.Start.SETS_EVERY_GROUP:
+    if fact is None or fact.value is releases.Start.SETS_EVERY_GROUP:
         return f"DeepSpeed {version}"
-    return f"DeepSpeed {version} {fact.start.value}"
+    return f"DeepSpeed {version} {fact.value.value}"
 
 
 # The wrappers of the scheduler methods that carry a change upstream --------------------------------

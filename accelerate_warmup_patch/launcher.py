@@ -75,7 +75,7 @@ def carry(runner: Any) -> dict[str, str]:
     exports = runner.exports
     if not isinstance(exports, dict):
         raise TypeError(f"{name}.exports is a {type(exports).__name__}, not a dict")
-    separator = LIST_SEPARATOR.get(fact.launcher, "") if fact is not None else ""
+    separator = LIST_SEPARATOR.get(fact.value.launcher, "") if fact is not None else ""
     for key, value in list(values.items()):
         if fact is None:  # a runner the table does not know: its release's own convention
             runner.add_export(key, value)
@@ -85,17 +85,17 @@ def carry(runner: Any) -> dict[str, str]:
                           "where the list starts another variable; the list's ALL passes it on as it is",
                           name, key, value, separator)
         else:  # add_export's quoting differs per release (releases.ADD_EXPORT_QUOTING): written here
-            exports[key] = shlex.quote(value) if fact.remote_shell else value
+            exports[key] = shlex.quote(value) if fact.value.remote_shell else value
     if not values:
         return values
     # a value that is not plain printable text is shown as repr() shows it: a newline in it would start a line
     # that looks like another tool's log line
     listed = ", ".join(f"{key}={value if value.isprintable() else repr(value)}" for key, value in values.items())
-    if fact is not None and not fact.carries:
+    if fact is not None and not fact.value.carries:
         log.warn_once(f"launcher:{name}", "%s of DeepSpeed %s leaves its exports out of the command it builds "
                       "(%s); %s reaches the other nodes only if the launcher passes its own environment on",
                       name, version, fact.source, listed)
         return values
-    how = fact.syntax if fact is not None else "add_export (a runner the guard table does not know)"
+    how = fact.value.syntax if fact is not None else "add_export (a runner the guard table does not know)"
     log.info("%s exports %s to every node (%s)", name, listed, how)
     return values
