@@ -10,9 +10,10 @@ It waits through the package's one post-import hook, with the standard library a
 ``importer.py`` builds its own. ``_HookFinder``, first on ``sys.meta_path`` only while a hook is pending,
 answers for those modules with the other finders' spec, whose loader it puts inside a ``_HookLoader``; that
 loader runs the module and then calls its hooks (in the loader, not in ``find_spec``: a probe such as
-``importlib.util.find_spec("deepspeed")`` is not an import). ``_HOOKS`` keeps the bookkeeping. No module
-imports this one: the moment state.py is loaded, ``_hand_down`` gives it ``_HOOKS``, and api.py asks for
-it there (``STATE.hooks``).
+``importlib.util.find_spec("deepspeed")`` is not an import). ``when_imported`` registers a hook, and
+``sweep``, ``waiting_for``, ``stop_waiting`` and ``forget_all`` serve the API. No module imports this one:
+the moment state.py is loaded, ``_hand_down`` gives it these functions (``STATE.hooks``), and api.py asks
+for them there.
 
 A hook applies the failure policy itself (failures.py); what it raises, strict mode's errors, goes out of
 the user's import. Other threads import and use the API meanwhile: every walk over the pending hooks is
@@ -43,8 +44,9 @@ if TYPE_CHECKING:  # typing and importlib cost milliseconds, and only the type c
 __all__ = ("Mode", "PatchError", "SettingsError", "__version__", "apply", "remove", "status")
 __version__ = "0.4.0"
 
-# The modules the package waits for. The first import of one arms the patch (accelerate and the Trainer reach
-# DeepSpeed through deepspeed), and api.py patches each right after its import (targets.PATCHERS).
+# The modules the package waits for: deepspeed's first import arms the patch (accelerate and the Trainer reach
+# DeepSpeed through it, and it comes before any of its submodules), and api.py patches each module right after
+# its import (targets.PATCHERS; a unit test checks that the two name the same modules).
 WAITS_FOR = ("deepspeed", "deepspeed.launcher.multinode_runner")
 
 
@@ -70,7 +72,9 @@ def _arm(module: "ModuleType | None" = None) -> None:
 
     Once armed, the arming hooks stay until their framework is imported (then they find no importer
     left): an import of it already under way in another thread still goes through the hooks' loader."""
-    routes = _HOOKS.take_importers()
+    with _lock:
+        routes = _importers[:]
+        del _importers[:]
     try:
         from . import api, settings
 
@@ -78,19 +82,19 @@ def _arm(module: "ModuleType | None" = None) -> None:
             if via != ".pth" or settings.env_mode() is not None:  # the .pth line saw a value, maybe blank
                 api.apply(via=via)
         if not api.armed():
-            _HOOKS.stop_waiting(_arm)
+            stop_waiting(_arm)
     except Exception as error:
-        # not armed: the next framework import or API use tries again (strict mode raises again: a framework
-        # may swallow what its own import of another one raised)
-        _HOOKS.put_back_importers(routes)
+        with _lock:  # not armed: the next framework import or API use tries again (strict mode raises again:
+            _importers[:0] = routes  # a framework may swallow what its own import of another one raised)
         from . import failures
 
         failures.arming_failed(error, routes, module, _initializing("site"))
 
 
 def _hand_down(state: "ModuleType") -> None:
-    """state.py has just been loaded: give it the hooks' bookkeeping, which api.py asks for there."""
-    state.STATE.hooks = _HOOKS
+    """state.py has just been loaded: give it the functions through which api.py waits for modules."""
+    state.STATE.hooks = state.Hooks(waits_for=WAITS_FOR, when_imported=when_imported, sweep=sweep,
+                                    waiting_for=waiting_for, forget_all=forget_all)
 
 
 def _on_import() -> None:
@@ -106,9 +110,9 @@ def _on_import() -> None:
         via = "sitecustomize"
     else:
         via = ".pth"
-    _HOOKS.importers.append(via)
-    state = _HOOKS.when_imported(f"{__name__}.state", _hand_down)
-    if state is not None:  # importlib.reload of the package: a new _HOOKS for the state.py already loaded
+    _importers.append(via)
+    state = when_imported(f"{__name__}.state", _hand_down)
+    if state is not None:  # importlib.reload of the package: state.py is loaded already
         _hand_down(state)
     # Strict mode wants a bad value to stop the start (or raise out of the import) now, not at the first import
     # of a framework. The name and the spellings are settings.ENV_STRICT and settings._TRUE, spelled out here
@@ -117,9 +121,8 @@ def _on_import() -> None:
     if not sys.modules.keys().isdisjoint(WAITS_FOR) or strict in ("1", "true", "on", "yes", "enable", "enabled"):
         _arm()
         return
-    for framework in WAITS_FOR:
-        if _HOOKS.when_imported(framework, _arm) is not None:  # imported in another thread meanwhile
-            _arm()
+    if when_imported(WAITS_FOR[0], _arm) is not None:  # imported in another thread meanwhile
+        _arm()
 
 
 def _initializing(name: str) -> bool:
@@ -129,110 +132,87 @@ def _initializing(name: str) -> bool:
 
 # The one post-import hook of the package: its bookkeeping, the finder, the loader.
 
-class PostImportHooks:
-    """Who waits for which module, the modules whose hooks have run, and who imported the package.
+_pending: "dict[str, list[Hook]]" = {}  # module name -> the hooks waiting for its import
+# modules whose code has run through our loader and whose hooks have all been called, until importlib
+# marks them initialized: a hook registered for one of them is due at once, as for a loaded module
+_ran: "dict[str, ModuleType]" = {}
+# who imported the package, until _arm hands each to api.apply: ".pth", "sitecustomize", "import"
+_importers: "list[str]" = []
+# guards _pending, _ran, _importers and our finder's place on sys.meta_path, and nothing else: it is never
+# held across an import or a hook
+_lock = RLock()
+_looking_up: "set[str]" = set()  # find_spec runs under importlib's lock of the name it looks up: no race on it
 
-    ``lock`` guards these and our finder's place on sys.meta_path, and nothing else: it is never held
-    across an import or a hook."""
 
-    def __init__(self) -> None:
-        self.pending: dict[str, list[Hook]] = {}
-        # modules whose code has run through our loader and whose hooks have all been called, until importlib
-        # marks them initialized: a hook registered for one of them is due at once, as for a loaded module
-        self.ran: dict[str, ModuleType] = {}
-        # who imported the package, until _arm hands each to api.apply: ".pth", "sitecustomize", "import"
-        self.importers: list[str] = []
-        self.lock = RLock()
-        self.waits_for = WAITS_FOR  # for api.py, which patches each
+def when_imported(name: str, hook: "Hook") -> "ModuleType | None":
+    """Have ``hook(module)`` called right after ``name`` is imported; if it already is, nothing is
+    registered and the module is returned: the caller acts on it now."""
+    with _lock:  # the check and the registration in one step: the loader marks a module ran under it
+        module = _ready(name)
+        if module is None:
+            hooks = _pending.setdefault(name, [])
+            if hook not in hooks:
+                hooks.append(hook)
+            if not any(map(_is_ours, sys.meta_path)):
+                # a new list, not an insert: another thread may be iterating over the old one right now
+                sys.meta_path = [_HookFinder(), *sys.meta_path]
+    return module
 
-    def when_imported(self, name: str, hook: "Hook") -> "ModuleType | None":
-        """Have ``hook(module)`` called right after ``name`` is imported; if it already is, nothing is
-        registered and the module is returned: the caller acts on it now."""
-        with self.lock:  # the check and the registration in one step: the loader marks a module ran under it
-            module = self.ready(name)
-            if module is None:
-                hooks = self.pending.setdefault(name, [])
-                if hook not in hooks:
-                    hooks.append(hook)
-                if not any(map(_is_ours, sys.meta_path)):
-                    # a new list, not an insert: another thread may be iterating over the old one right now
-                    sys.meta_path = [_HookFinder(), *sys.meta_path]
+
+def _ready(name: str) -> "ModuleType | None":
+    """The module ``name`` if a hook may run on it now: imported, or its code run and its hooks called."""
+    module = sys.modules.get(name)
+    if module is None or not _initializing(name) or _ran.get(name) is module:
         return module
+    return None
 
-    def ready(self, name: str) -> "ModuleType | None":
-        """The module ``name`` if a hook may run on it now: imported, or its code run and its hooks called."""
-        module = sys.modules.get(name)
-        if module is None or not _initializing(name) or self.ran.get(name) is module:
-            return module
-        return None
 
-    def call_hooks(self, module: "ModuleType") -> None:
-        """Right after ``module``'s code has run through our loader: call its hooks, then any that are due."""
-        name = module.__name__
-        while True:  # also the hooks registered while these run: the arming hook registers some
-            with self.lock:
-                hooks = self.pending.pop(name, None)
-                if not hooks:
-                    self.ran[name] = module  # under the lock of when_imported's check: no hook falls between
-                    break
+def sweep() -> None:
+    """Call the hooks of modules that finished loading without our loader: registered while their import
+    was already under way (in this thread, or in another one)."""
+    with _lock:
+        names = list(_pending)  # a snapshot: other threads register and fire while the hooks below run
+    for name in names:
+        module = _ready(name)
+        if module is not None:
+            with _lock:  # taken, no longer pending: each hook is called by one thread only
+                hooks = _pending.pop(name, [])
             for hook in hooks:
                 hook(module)
-        self.sweep()
+    with _lock:
+        for name, module in list(_ran.items()):  # importlib has finished them, or they left sys.modules
+            if sys.modules.get(name) is not module or not _initializing(name):
+                del _ran[name]
+        _leave_if_idle()
 
-    def sweep(self) -> None:
-        """Call the hooks of modules that finished loading without our loader: registered while their import
-        was already under way (in this thread, or in another one)."""
-        with self.lock:
-            names = list(self.pending)  # a snapshot: other threads register and fire while the hooks below run
-        for name in names:
-            module = self.ready(name)
-            if module is not None:
-                with self.lock:  # taken, no longer pending: each hook is called by one thread only
-                    hooks = self.pending.pop(name, [])
-                for hook in hooks:
-                    hook(module)
-        with self.lock:
-            for name, module in list(self.ran.items()):  # importlib has finished them, or they left sys.modules
-                if sys.modules.get(name) is not module or not _initializing(name):
-                    del self.ran[name]
-            self._leave_if_idle()
 
-    def waiting_for(self, hook: "Hook") -> "list[str]":
-        """The modules for which ``hook`` waits."""
-        with self.lock:
-            return [name for name, hooks in self.pending.items() if hook in hooks]
+def waiting_for(hook: "Hook") -> "list[str]":
+    """The modules for which ``hook`` waits."""
+    with _lock:
+        return [name for name, hooks in _pending.items() if hook in hooks]
 
-    def stop_waiting(self, hook: "Hook") -> None:
-        """``hook`` waits for no module any more."""
-        with self.lock:
-            for name in self.waiting_for(hook):
-                self.pending[name].remove(hook)  # registered once per module (when_imported)
-                if not self.pending[name]:
-                    del self.pending[name]
-            self._leave_if_idle()
 
-    def forget_all(self) -> None:
-        """No hook is pending and no importer is recorded: what remove() asks."""
-        with self.lock:
-            self.pending.clear()
-            del self.importers[:]
-            self._leave_if_idle()
+def stop_waiting(hook: "Hook") -> None:
+    """``hook`` waits for no module any more."""
+    with _lock:
+        for name in waiting_for(hook):
+            _pending[name].remove(hook)  # registered once per module (when_imported)
+            if not _pending[name]:
+                del _pending[name]
+        _leave_if_idle()
 
-    def take_importers(self) -> "list[str]":
-        """The importers recorded so far, handed to the caller: none is left."""
-        with self.lock:
-            routes = self.importers[:]
-            del self.importers[:]
-        return routes
 
-    def put_back_importers(self, routes: "list[str]") -> None:
-        """The importers of an arming that failed, first again: the next arming tries them."""
-        with self.lock:
-            self.importers[:0] = routes
+def forget_all() -> None:
+    """No hook is pending and no importer is recorded: what remove() asks."""
+    with _lock:
+        _pending.clear()
+        del _importers[:]
+        _leave_if_idle()
 
-    def _leave_if_idle(self) -> None:
-        if not self.pending and any(map(_is_ours, sys.meta_path)):
-            sys.meta_path = [f for f in sys.meta_path if not _is_ours(f)]  # a new list, as in when_imported
+
+def _leave_if_idle() -> None:
+    if not _pending and any(map(_is_ours, sys.meta_path)):
+        sys.meta_path = [f for f in sys.meta_path if not _is_ours(f)]  # a new list, as in when_imported
 
 
 class _HookFinder:
@@ -240,14 +220,11 @@ class _HookFinder:
     inside a ``_HookLoader``. Guarded against re-entry by the name it is looking up (it asks the other finders,
     which may ask it back)."""
 
-    def __init__(self) -> None:
-        self.looking_up: set[str] = set()  # find_spec runs under the import lock of the module it finds
-
     def find_spec(self, fullname: str, path: "Sequence[str] | None",
                   target: "ModuleType | None" = None) -> "ModuleSpec | None":
-        if fullname not in _HOOKS.pending or fullname in self.looking_up:
+        if fullname not in _pending or fullname in _looking_up:
             return None
-        self.looking_up.add(fullname)
+        _looking_up.add(fullname)
         try:
             for finder in list(sys.meta_path):
                 if not _is_ours(finder) and hasattr(finder, "find_spec"):
@@ -257,7 +234,7 @@ class _HookFinder:
             else:
                 return None
         finally:
-            self.looking_up.discard(fullname)
+            _looking_up.discard(fullname)
         if hasattr(spec.loader, "exec_module"):
             spec.loader = _HookLoader(spec.loader)  # type: ignore[assignment]
         return spec
@@ -274,7 +251,16 @@ class _HookLoader:
         if module.__spec__ is not None:
             module.__spec__.loader = self.loader
         self.loader.exec_module(module)
-        _HOOKS.call_hooks(module)
+        name = module.__name__
+        while True:  # also the hooks registered while these run: the arming hook registers some
+            with _lock:
+                hooks = _pending.pop(name, None)
+                if not hooks:
+                    _ran[name] = module  # under the lock of when_imported's check: no hook falls between
+                    break
+            for hook in hooks:
+                hook(module)
+        sweep()
 
     def __getattr__(self, name: str) -> "Any":
         # create_module and the rest: the real loader's
@@ -288,5 +274,4 @@ def _is_ours(finder: "object") -> bool:
     return type(finder).__module__ == __name__ and type(finder).__qualname__ == "_HookFinder"
 
 
-_HOOKS = PostImportHooks()
 _on_import()

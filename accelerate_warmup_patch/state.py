@@ -31,25 +31,20 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any
+
+Hook = Callable[[ModuleType], None]
 
 
-class Hooks(Protocol):
-    """What api.py asks of the start-up module's post-import hooks (``__init__.PostImportHooks``)."""
+@dataclass(frozen=True)
+class Hooks:
+    """The start-up module's post-import hooks, as api.py uses them (``__init__._hand_down`` makes this)."""
 
-    waits_for: tuple[str, ...]  # the modules the package waits for, and api.py patches
-
-    def when_imported(self, name: str, hook: Callable[[ModuleType], None]) -> ModuleType | None:
-        """Call ``hook`` right after ``name`` is imported; if it already is, return the module instead."""
-
-    def sweep(self) -> None:
-        """Call the hooks of modules that finished loading meanwhile."""
-
-    def waiting_for(self, hook: Callable[[ModuleType], None]) -> list[str]:
-        """The modules ``hook`` waits for."""
-
-    def forget_all(self) -> None:
-        """No hook pending, no importer of the package recorded."""
+    waits_for: tuple[str, ...]  # the modules the package waits for; api.py patches each
+    when_imported: Callable[[str, Hook], ModuleType | None]  # hook it, or return the module if already imported
+    sweep: Callable[[], None]  # call the hooks of modules that finished loading meanwhile
+    waiting_for: Callable[[Hook], list[str]]  # the modules a hook waits for
+    forget_all: Callable[[], None]  # no hook pending, no importer of the package recorded
 
 
 class Seen:

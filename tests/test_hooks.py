@@ -146,7 +146,6 @@ import accelerate_warmup_patch as awp
 from accelerate_warmup_patch.state import STATE
 
 API_LOCK = STATE.lock  # the seam: which thread holds apply()'s lock
-HOOKS = STATE.hooks  # the start-up module's post-import hooks
 WHERE, CALLS = sys.argv[1], sys.argv[2].split(",")
 held, release, go = threading.Event(), threading.Event(), threading.Event()
 imports_left, count_lock = [2], threading.Lock()
@@ -165,14 +164,14 @@ def sweep_caller(frame):
     if frame is None or frame.f_code.co_name != "sweep":
         return None
     caller, names = frame.f_back, []
-    if caller.f_code.co_name == "call_hooks":
+    if caller.f_code.co_name == "exec_module":
         return "loader:" + caller.f_locals["module"].__name__
     while frame is not None:
         names.append(frame.f_code.co_name)
         frame = frame.f_back
     return "arming" if caller.f_code.co_name == "apply" and "_arm" in names else None
 
-ready = HOOKS.ready
+ready = awp._ready
 
 def ready_after_a_hold(name):
     if sweep_caller(sys._getframe(1)) == WHERE and not held.is_set():
@@ -185,7 +184,7 @@ def ready_after_a_hold(name):
             release.wait(120)
     return ready(name)
 
-HOOKS.ready = ready_after_a_hold
+awp._ready = ready_after_a_hold
 
 def import_ended():
     with count_lock:
