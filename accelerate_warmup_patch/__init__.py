@@ -21,8 +21,8 @@ over a snapshot, and one lock guards this bookkeeping alone, never held across a
 imports, and an import in another thread may wait on one this thread holds).
 
 Why one module: each module on the start-up path costs about 0.4 M instructions before its first line
-runs, and importing wrapt (whose importer would do) ~50 ms (docs/benchmarks.md). Why the annotations are
-strings: a string is a constant, while a name is looked up and stored each time a function is defined.
+runs, and importing wrapt (whose importer would do) ~50 ms (docs/benchmarks.md). The annotations that name
+a type from typing, types or importlib are strings: those modules are imported for the type checker only.
 """
 
 import sys
