@@ -192,7 +192,7 @@ def _name_unsettled(scheduler: Any, name: str, version: str) -> None:
     left = schedules.fmt([g["lr"] for g in optimizer.param_groups])
     start = schedules.fmt(lr_before_start(scheduler, name))
     STATE.not_fixed.append(f"{name} at iteration {iteration}: built before the patch was applied and "
-                                    f"resumed without a step; its lr is left at {left}")
+                           f"resumed without a step; its lr is left at {left}")
     log.warn_once(f"unsettled:{id(scheduler)}", "%s was built before the patch was applied and set to iteration %s "
                   "without a step (load_state_dict, or last_batch_iteration given to it): its lr is left at %s, "
                   "as DeepSpeed %s set it. DeepSpeed %s starts one built fresh and then resumed at %s, and leaves "
