@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from . import failures, log, releases, schedules, wrapping
 from .settings import ENV_MODE, Mode
-
-# schedulers whose build-time behaviour the patch has decided on: one try each
-settled = schedules.Seen()
+from .state import STATE
 
 
 @dataclass(frozen=True)
@@ -84,9 +83,9 @@ def settle(scheduler: Any, construction: Construction | None, when: str, peak_kn
     try:
         _settle(scheduler, construction, when, peak_known, at_construction)
     except Exception as error:  # runs inside the user's constructor: never break it
-        failures.report("settle", f"deciding how to start {type(scheduler).__name__} as DeepSpeed "
-                        f"{releases.BEHAVIOR_REFERENCE} starts it", error,
-                        "that scheduler runs exactly as unpatched (this warning is not repeated)")
+        failures.report("settle", what=f"deciding how to start {type(scheduler).__name__} as DeepSpeed "
+                        f"{releases.BEHAVIOR_REFERENCE} starts it", error=error,
+                        consequence="that scheduler runs exactly as unpatched (this warning is not repeated)")
 
 
 def _settle(scheduler: Any, construction: Construction | None, when: str, peak_known: bool,
@@ -95,27 +94,28 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
     version = wrapping.deepspeed_version()
     if name is None or not releases.built_wrong(name, version):
         return
-    settled.add(scheduler)  # decided: a later net says nothing more about it
+    STATE.settled.add(scheduler)  # decided: a later net says nothing more about it
     if not schedules.is_fresh(scheduler):
         if not at_construction:  # built at a later iteration, the newest release too leaves its lr
             _name_unsettled(scheduler, name, version)
         return
-    peak: list[Peak | None] = []
-    warn = wrapping.mode == Mode.WARN  # the same decisions and the same change, undone (schedules.change)
-    changes = schedules.change(
-        scheduler, "start", f"starting {name} where DeepSpeed {releases.BEHAVIOR_REFERENCE} starts it",
-        lambda: peak.append(_build_as_newest(scheduler, name, construction, version, peak_known)),
-        "that scheduler runs exactly as unpatched (this warning is not repeated)", all_groups=warn)
-    moved = [(i, old, new) for i, old, new in changes or [] if old != new]
-    new_peak = peak[0] if peak and changes is not None else None
+    warn = STATE.mode == Mode.WARN  # the same decisions and the same change, undone (schedules.change)
+    changed = schedules.change(
+        scheduler, key="start", what=f"starting {name} where DeepSpeed {releases.BEHAVIOR_REFERENCE} starts it",
+        action=lambda: _build_as_newest(scheduler, name, construction, version, peak_known),
+        consequence="that scheduler runs exactly as unpatched (this warning is not repeated)", all_groups=warn)
+    if changed is None:  # it failed, was undone and reported
+        return
+    moved = [(i, old, new) for i, old, new in changed.moved if old != new]
+    new_peak = changed.result
     if warn and (moved or new_peak):
-        wrapping.state.would_fix += 1
-        _warn_instead(scheduler, name, version, changes or [], new_peak)
+        STATE.would_fix += 1
+        _warn_instead(scheduler, name, version, changed.moved, new_peak)
         return
     if moved:
         log.info("%s: %s %s (%s)", name, schedules.said(moved), when, _why(name, version))
     if moved or new_peak:
-        wrapping.state.fixes += 1
+        STATE.fixes += 1
 
 
 def _warn_instead(scheduler: Any, name: str, version: str, changes: list[schedules.Moved], peak: Peak | None) -> None:
@@ -172,7 +172,7 @@ def _backport_default_peak(scheduler: Any, name: str, construction: Construction
     old_max = list(scheduler.max_lrs)
     scheduler.max_lrs = new_max
     scheduler.delta_lrs = [big - small for big, small in zip(new_max, scheduler.min_lrs)]
-    if wrapping.mode != Mode.WARN:  # warn mode says it in its one line per scheduler (_warn_instead)
+    if STATE.mode != Mode.WARN:  # warn mode says it in its one line per scheduler (_warn_instead)
         log.warn_once(f"peak:{id(scheduler)}", "%s: no warmup_max_lr was given: peak lr %s -> %s (each group's own "
                       "lr, the default of DeepSpeed %s; DeepSpeed %s's default is %s)", name, schedules.fmt(old_max),
                       schedules.fmt(new_max), releases.BEHAVIOR_REFERENCE, version,
@@ -191,8 +191,8 @@ def _name_unsettled(scheduler: Any, name: str, version: str) -> None:
     iteration = scheduler.last_batch_iteration
     left = schedules.fmt([g["lr"] for g in optimizer.param_groups])
     start = schedules.fmt(lr_before_start(scheduler, name))
-    wrapping.state.not_fixed.append(f"{name} at iteration {iteration}: built before the patch was applied and "
-                                    f"resumed without a step; its lr is left at {left}")
+    STATE.not_fixed.append(f"{name} at iteration {iteration}: built before the patch was applied and "
+                           f"resumed without a step; its lr is left at {left}")
     log.warn_once(f"unsettled:{id(scheduler)}", "%s was built before the patch was applied and set to iteration %s "
                   "without a step (load_state_dict, or last_batch_iteration given to it): its lr is left at %s, "
                   "as DeepSpeed %s set it. DeepSpeed %s starts one built fresh and then resumed at %s, and leaves "
@@ -203,9 +203,9 @@ def _name_unsettled(scheduler: Any, name: str, version: str) -> None:
 
 def _why(name: str, version: str) -> str:
     fact = releases.start_fact(name, version)
-    if fact is None or fact.start is releases.Start.SETS_EVERY_GROUP:
+    if fact is None or fact.value is releases.Start.SETS_EVERY_GROUP:
         return f"DeepSpeed {version}"
-    return f"DeepSpeed {version} {fact.start.value}"
+    return f"DeepSpeed {version} {fact.value.value}"
 
 
 # The wrappers of the scheduler methods that carry a change upstream --------------------------------
@@ -215,15 +215,16 @@ def _constructor(original: Callable[..., Any], version: str) -> Callable[..., An
     signature = inspect.signature(original)
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-        if wrapping.mode is None or instance is None:
+        if STATE.mode is None or instance is None:
             return wrapped(*args, **kwargs)
         captured = _capture(signature, instance, args, kwargs)
         # The original has its say first: arguments it refuses raise its own error, and nothing of ours is said.
         result = wrapped(*args, **kwargs)
         construction = captured if isinstance(captured, Construction) else None
         if isinstance(captured, Exception):  # the original took what we could not read: our failure
-            failures.report("capture", f"reading the arguments of {type(instance).__name__}", captured,
-                            "its first-step lr is still fixed; its default peak lr is left as this DeepSpeed sets it")
+            failures.report("capture", what=f"reading the arguments of {type(instance).__name__}", error=captured,
+                            consequence="its first-step lr is still fixed; its default peak lr is left as this "
+                                        "DeepSpeed sets it")
         # a failed capture has said that the default peak is left alone: no second warning about it
         settle(instance, construction, "at construction", peak_known=construction is not None, at_construction=True)
         return result
@@ -248,15 +249,15 @@ def _get_lr(original: Callable[..., Any], version: str) -> Callable[..., Any]:
 
 def _get_lr_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
     result = wrapped(*args, **kwargs)  # before the first step it logs the release's warning, as the newest does
-    mode = wrapping.mode  # passes through unarmed, and in warn mode outside its dry run (wrapping.dry)
-    if mode is None or (mode == Mode.WARN and not getattr(wrapping.dry, "on", False)) or instance is None:
+    mode = STATE.mode  # passes through unarmed, and in warn mode outside its dry run (STATE.dry)
+    if mode is None or (mode == Mode.WARN and not getattr(STATE.dry, "on", False)) or instance is None:
         return result
     try:
         if instance.last_batch_iteration < 0:
             return lr_before_start(instance, schedules.class_name(instance) or "")
     except Exception as error:
-        failures.report("get_lr", f"get_lr() of {type(instance).__name__} before its first step", error,
-                        "get_lr() returns what this DeepSpeed returns")
+        failures.report("get_lr", what=f"get_lr() of {type(instance).__name__} before its first step", error=error,
+                        consequence="get_lr() returns what this DeepSpeed returns")
     return result
 
 
@@ -266,8 +267,8 @@ def _get_lr_ratio(original: Callable[..., Any], version: str) -> Callable[..., A
     past_warmup = releases.lacks("ratio_past_warmup", "WarmupCosineLR", version)
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-        mode = wrapping.mode  # passes through unarmed, and in warn mode outside its dry run (wrapping.dry)
-        if mode is None or (mode == Mode.WARN and not getattr(wrapping.dry, "on", False)) or instance is None or \
+        mode = STATE.mode  # passes through unarmed, and in warn mode outside its dry run (STATE.dry)
+        if mode is None or (mode == Mode.WARN and not getattr(STATE.dry, "on", False)) or instance is None or \
                 args or kwargs:
             return wrapped(*args, **kwargs)  # it takes no arguments: given some, the original says so itself
         try:
@@ -275,8 +276,8 @@ def _get_lr_ratio(original: Callable[..., Any], version: str) -> Callable[..., A
             past = not before and past_warmup and instance.last_batch_iteration >= instance.warmup_num_steps
             ratio = cosine_ratio(instance) if past else None
         except Exception as error:
-            failures.report("get_lr_ratio", f"get_lr_ratio() of {type(instance).__name__}", error,
-                            "get_lr_ratio() returns what this DeepSpeed returns")
+            failures.report("get_lr_ratio", what=f"get_lr_ratio() of {type(instance).__name__}", error=error,
+                            consequence="get_lr_ratio() returns what this DeepSpeed returns")
             return wrapped()
         if before:
             wrapped()  # the release's warning, as the newest logs it
@@ -287,6 +288,6 @@ def _get_lr_ratio(original: Callable[..., Any], version: str) -> Callable[..., A
 
 
 # method -> its wrapper's maker, given the original and the running release (targets.py wraps with it)
-WRAPPERS: dict[str, Callable[[Callable[..., Any], str], Callable[..., Any]]] = {
+WRAPPERS: Mapping[str, Callable[[Callable[..., Any], str], Callable[..., Any]]] = MappingProxyType({
     "__init__": _constructor, "get_lr": _get_lr, "get_lr_ratio": _get_lr_ratio,
-}
+})

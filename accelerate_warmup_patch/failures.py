@@ -21,7 +21,7 @@ class PatchError(RuntimeError):
     """Something inside the patch failed, and ACCELERATE_WARMUP_PATCH_STRICT asks for an error."""
 
 
-def report(key: str, what: str, error: BaseException, consequence: str) -> None:
+def report(key: str, *, what: str, error: BaseException, consequence: str) -> None:
     """Raise in strict mode; otherwise warn once per ``key``: "<what> failed (<error>); <consequence>"."""
     if settings.strict():
         if isinstance(error, (PatchError, settings.SettingsError)):
@@ -43,7 +43,7 @@ def arming_failed(error: Exception, routes: list[str], module: ModuleType | None
         return
     if settings.strict() and starting and any(via != "import" for via in routes):
         _stop_before_the_program(error)
-    report("arm", f"arming the patch{at}", error, "this process runs unpatched")
+    report("arm", what=f"arming the patch{at}", error=error, consequence="this process runs unpatched")
 
 
 def _running_this_command() -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Callable
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 from typing import Any
 
 from . import failures, log, releases, settings, wrapping
@@ -31,7 +31,7 @@ CARRIED = (settings.ENV_MODE, settings.ENV_STRICT)
 # srun --export=ALL,NAME=VALUE,... splits at every comma, quoted or not, so a value holding one would
 # end early and name another variable (tests/test_real_launchers.py, Slurm 22.05). Such a value stays
 # out of the list; the list's ALL passes this process's value on as it is.
-LIST_SEPARATOR = {"slurm": ","}
+LIST_SEPARATOR = MappingProxyType({"slurm": ","})
 
 
 def patch_runners(module: ModuleType) -> None:
@@ -41,9 +41,9 @@ def patch_runners(module: ModuleType) -> None:
         return  # targets.patch_deepspeed has said, once, that nothing is patched on this release
     base = getattr(module, "MultiNodeRunner", None)
     if not isinstance(base, type) or "__init__" not in vars(base):
-        failures.report("launcher:base", "finding MultiNodeRunner.__init__", LookupError(
+        failures.report("launcher:base", what="finding MultiNodeRunner.__init__", error=LookupError(
             f"deepspeed.launcher.multinode_runner of DeepSpeed {version} has no MultiNodeRunner.__init__"),
-            "ACCELERATE_WARMUP_PATCH is not exported to the other nodes")
+            consequence="ACCELERATE_WARMUP_PATCH is not exported to the other nodes")
         return
     wrapping.wrap(base, "__init__", _init_wrapper)
 
@@ -58,8 +58,8 @@ def _init_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs:
     except failures.PatchError:
         raise
     except Exception as error:
-        failures.report("launcher:carry", "exporting ACCELERATE_WARMUP_PATCH to the other nodes", error,
-                        "the nodes use their own value; the launch goes on")
+        failures.report("launcher:carry", what="exporting ACCELERATE_WARMUP_PATCH to the other nodes", error=error,
+                        consequence="the nodes use their own value; the launch goes on")
     return result
 
 
@@ -75,7 +75,7 @@ def carry(runner: Any) -> dict[str, str]:
     exports = runner.exports
     if not isinstance(exports, dict):
         raise TypeError(f"{name}.exports is a {type(exports).__name__}, not a dict")
-    separator = LIST_SEPARATOR.get(fact.launcher, "") if fact is not None else ""
+    separator = LIST_SEPARATOR.get(fact.value.launcher, "") if fact is not None else ""
     for key, value in list(values.items()):
         if fact is None:  # a runner the table does not know: its release's own convention
             runner.add_export(key, value)
@@ -85,17 +85,17 @@ def carry(runner: Any) -> dict[str, str]:
                           "where the list starts another variable; the list's ALL passes it on as it is",
                           name, key, value, separator)
         else:  # add_export's quoting differs per release (releases.ADD_EXPORT_QUOTING): written here
-            exports[key] = shlex.quote(value) if fact.remote_shell else value
+            exports[key] = shlex.quote(value) if fact.value.remote_shell else value
     if not values:
         return values
     # a value that is not plain printable text is shown as repr() shows it: a newline in it would start a line
     # that looks like another tool's log line
     listed = ", ".join(f"{key}={value if value.isprintable() else repr(value)}" for key, value in values.items())
-    if fact is not None and not fact.carries:
+    if fact is not None and not fact.value.carries:
         log.warn_once(f"launcher:{name}", "%s of DeepSpeed %s leaves its exports out of the command it builds "
                       "(%s); %s reaches the other nodes only if the launcher passes its own environment on",
                       name, version, fact.source, listed)
         return values
-    how = fact.syntax if fact is not None else "add_export (a runner the guard table does not know)"
+    how = fact.value.syntax if fact is not None else "add_export (a runner the guard table does not know)"
     log.info("%s exports %s to every node (%s)", name, listed, how)
     return values

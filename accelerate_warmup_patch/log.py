@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 import os
 
+from .state import STATE
+
 logger = logging.getLogger("accelerate_warmup_patch")
-_warned: set[str] = set()
 # not attached to any logger: the program's configuration never sees it, and it never sees the program's lines
 _stderr = logging.StreamHandler()
 _stderr.setFormatter(logging.Formatter("[accelerate_warmup_patch] %(levelname)s: %(message)s"))
@@ -37,15 +38,15 @@ def info(message: str, *args: object) -> None:
 
 def warn_once(key: str, message: str, *args: object) -> None:
     """A warning, the first time ``key`` is seen in this process."""
-    if key not in _warned:
-        _warned.add(key)
+    if key not in STATE.warned:
+        STATE.warned.add(key)
         _log(logging.WARNING, message, args)
 
 
 def warn_job_once(key: str, message: str, *args: object) -> None:
     """A warning once per job: on rank 0, the first time ``key`` is seen; DEBUG on the other ranks."""
-    if key not in _warned:
-        _warned.add(key)
+    if key not in STATE.warned:
+        STATE.warned.add(key)
         _log(logging.WARNING if rank() == 0 else logging.DEBUG, message, args)
 
 

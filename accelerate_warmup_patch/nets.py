@@ -22,15 +22,13 @@ from typing import Any
 
 from . import backport, failures, log, releases, schedules, wrapping
 from .settings import ENV_MODE, Mode
-
-_netted = schedules.Seen()  # schedulers a net has seen (each is settled once)
-_looked = schedules.Seen()  # schedulers step mode has looked at, at their engine's first optimizer step
+from .state import STATE
 
 
 def initialize_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
     """``deepspeed.initialize``: the original first (our logic never changes its inputs), then its engine."""
     result = wrapped(*args, **kwargs)
-    if wrapping.mode is not None:
+    if STATE.mode is not None:
         prepare_first_step(_first_of(result))
     return result
 
@@ -43,9 +41,9 @@ def _first_of(result: Any) -> Any:
 def optimizer_step_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
     """DeepSpeedEngine._take_model_step: the optimizer step, at a gradient accumulation boundary, on every road
     (engine.step, accelerate's backward, the Trainer, a PipelineEngine's train_batch)."""
-    if wrapping.mode == Mode.STEP and instance is not None:
+    if STATE.mode == Mode.STEP and instance is not None:
         scheduler = getattr(instance, "lr_scheduler", None)
-        if scheduler is not None and id(scheduler) not in _looked.ids:  # after the first step: one set lookup
+        if scheduler is not None and id(scheduler) not in STATE.looked.ids:  # after the first step: one set lookup
             step_before_first_optimizer_step(instance, scheduler)
     return wrapped(*args, **kwargs)
 
@@ -56,13 +54,13 @@ def load_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
         result = wrapped(*args, **kwargs)
-        if _first_of(result) is not None and wrapping.mode is not None:
+        if _first_of(result) is not None and STATE.mode is not None:
             try:
                 if not _optimizer_lr_restored(signature, instance, args, kwargs):
                     align_after_load(instance)
             except Exception as error:
-                failures.report("align", "aligning the lr after load_checkpoint", error,
-                                "the lr after this load is left as DeepSpeed set it")
+                failures.report("align", what="aligning the lr after load_checkpoint", error=error,
+                                consequence="the lr after this load is left as DeepSpeed set it")
         return result
 
     return wrapper
@@ -79,14 +77,14 @@ def prepare_first_step(engine: Any, when: str = "before the first optimizer step
     as the constructor's fix would have. Step mode's step waits for the optimizer step itself."""
     try:
         scheduler = getattr(engine, "lr_scheduler", None)
-        if scheduler is None or id(scheduler) in _netted.ids:  # a scheduler seen before: one set lookup
+        if scheduler is None or id(scheduler) in STATE.netted.ids:  # a scheduler seen before: one set lookup
             return
-        _netted.add(scheduler)
-        if scheduler not in backport.settled:
+        STATE.netted.add(scheduler)
+        if scheduler not in STATE.settled:
             backport.settle(scheduler, _construction_from_config(engine, scheduler), when)
     except Exception as error:  # the nets run inside the user's initialize and optimizer step: never break them
-        failures.report("net", "preparing the scheduler for the first optimizer step", error,
-                        "that scheduler runs as this DeepSpeed made it")
+        failures.report("net", what="preparing the scheduler for the first optimizer step", error=error,
+                        consequence="that scheduler runs as this DeepSpeed made it")
 
 
 def settle_live() -> None:
@@ -107,7 +105,7 @@ def settle_live() -> None:
     for engine in engines:
         prepare_first_step(engine, when)
     for scheduler in schedulers:
-        if scheduler not in backport.settled:
+        if scheduler not in STATE.settled:
             backport.settle(scheduler, None, when)
 
 
@@ -141,12 +139,12 @@ def step_before_first_optimizer_step(engine: Any, scheduler: Any) -> None:
     """Step mode, just before the first optimizer step of ``engine`` with ``scheduler``: look first. Only a
     scheduler that is still fresh is stepped, once; one that user code (or a checkpoint) has stepped is left."""
     try:
-        _looked.add(scheduler)
+        STATE.looked.add(scheduler)
         prepare_first_step(engine)  # built before the patch, on a road no net saw: settled as every net settles
         _step_once(scheduler)
     except Exception as error:  # runs inside the user's optimizer step: never break it
-        failures.report("step-net", "stepping the scheduler before the first optimizer step", error,
-                        "that scheduler runs as in mode reset")
+        failures.report("step-net", what="stepping the scheduler before the first optimizer step", error=error,
+                        consequence="that scheduler runs as in mode reset")
 
 
 def _step_once(scheduler: Any) -> None:
@@ -158,12 +156,13 @@ def _step_once(scheduler: Any) -> None:
                  "%s: user code stepped it, or a checkpoint restored it); step mode steps only a fresh scheduler",
                  name, scheduler.last_batch_iteration)
         return
-    changes = schedules.change(scheduler, "step", f"stepping {name} once (mode=step)", scheduler.step,
-                               "that scheduler runs as in mode reset (this warning is not repeated)", all_groups=True)
-    if changes is not None:
-        wrapping.state.fixes += 1
+    changed = schedules.change(scheduler, key="step", what=f"stepping {name} once (mode=step)", action=scheduler.step,
+                               consequence="that scheduler runs as in mode reset (this warning is not repeated)",
+                               all_groups=True)
+    if changed is not None:
+        STATE.fixes += 1
         log.info("%s: stepped once before the first optimizer step: %s (mode=step: step k uses lr(k))", name,
-                 schedules.said(changes))
+                 schedules.said(changed.moved))
 
 
 def align_after_load(engine: Any) -> None:
@@ -177,7 +176,7 @@ def align_after_load(engine: Any) -> None:
     scheduler: Any = getattr(engine, "lr_scheduler", None)
     name = schedules.class_name(scheduler) if scheduler is not None else None
     version = wrapping.deepspeed_version()
-    if name is None or not (releases.lacks("start", name, version) or wrapping.mode == Mode.STEP):
+    if name is None or not (releases.lacks("start", name, version) or STATE.mode == Mode.STEP):
         return
     groups = scheduler.optimizer.param_groups
 
@@ -186,15 +185,16 @@ def align_after_load(engine: Any) -> None:
         if [schedules.lr_value(g["lr"]) for g in groups] != [schedules.lr_value(t) for t in targets]:
             schedules.write(groups, targets, version)
 
-    changes = schedules.change(scheduler, "align", "aligning the lr after load_checkpoint", align,
-                               "the lr after this load is left as DeepSpeed set it")
-    if changes and wrapping.mode == Mode.WARN:  # a dry run: nothing was left changed
-        wrapping.state.would_fix += 1
+    changed = schedules.change(scheduler, key="align", what="aligning the lr after load_checkpoint", action=align,
+                               consequence="the lr after this load is left as DeepSpeed set it")
+    changes = changed.moved if changed is not None else []
+    if changes and STATE.mode == Mode.WARN:  # a dry run: nothing was left changed
+        STATE.would_fix += 1
         log.warn_job_once(f"warn-align:{id(scheduler)}", "%s: after load_checkpoint the next optimizer step will run "
                           "at lr %s (the optimizer's lr was not restored from the checkpoint), as DeepSpeed %s runs "
                           "it: %s; %s=reset fixes it", name, schedules.fmt([old for _, old, _ in changes]),
                           releases.BEHAVIOR_REFERENCE, schedules.fmt([new for *_, new in changes]), ENV_MODE)
     elif changes:
-        wrapping.state.fixes += 1
+        STATE.fixes += 1
         log.info("%s: %s after load_checkpoint (the scheduler resumed at iteration %s; the optimizer's lr "
                  "was not restored from the checkpoint)", name, schedules.said(changes), scheduler.last_batch_iteration)

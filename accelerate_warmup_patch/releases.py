@@ -12,6 +12,8 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Generic, TypeVar
 
 
 class Start(enum.Enum):
@@ -48,19 +50,31 @@ class Span:
         return f"{self.first} to {self.last or self.newest or NEWEST_DEEPSPEED}"
 
 
-@dataclass(frozen=True)
-class StartFact:
-    scheduler: str
-    span: Span
-    start: Start
-    source: str
+Value = TypeVar("Value")
 
 
 @dataclass(frozen=True)
-class MaxLrFact:
+class Fact(Generic[Value]):
+    """One row of the table: what ``subject`` (a class, a method) does on the releases of ``span``, and
+    where that was read. Every table below is a tuple of these, and ``row`` is its one lookup."""
+
+    subject: str
     span: Span
-    default: MaxLrDefault
+    value: Value
     source: str
+
+
+def rows(table: tuple[Fact[Value], ...], deepspeed_version: str, subject: str | None = None) -> list[Fact[Value]]:
+    """The rows of ``table`` whose span holds this release (about ``subject``, when given), in the table's order."""
+    parsed = parse(deepspeed_version)
+    return [fact for fact in table if fact.span.contains(parsed) and subject in (None, fact.subject)]
+
+
+def row(table: tuple[Fact[Value], ...], deepspeed_version: str, subject: str | None = None) -> Fact[Value] | None:
+    """The first row whose span holds this release (about ``subject``, when given); None if the table has none.
+    An untested release falls in the newest row (``last=None``): it is assumed to hold."""
+    found = rows(table, deepspeed_version, subject)
+    return found[0] if found else None
 
 
 def installed(distribution: str) -> str | None:
@@ -96,34 +110,36 @@ BEHAVIOR_REFERENCE = NEWEST_DEEPSPEED  # the patch backports this release's beha
 _LR_SCHEDULES = "deepspeed/runtime/lr_schedules.py"
 _RUN = "real engine run, CPU, torch 2.13"
 
-SCHEDULER_STARTS: tuple[StartFact, ...] = (
-    StartFact("WarmupLR", Span("0.9.0", "0.15.2"), Start.LEAVES_OPTIMIZER_LR,
-              f"{_LR_SCHEDULES} @ v0.9.0..v0.15.2: __init__ never calls update; {_RUN} on 0.14.4, 0.15.2"),
-    StartFact("WarmupLR", Span("0.15.3", None), Start.SETS_EVERY_GROUP,
-              f"{_LR_SCHEDULES} @ v0.15.3 (PR #6597): update_lr(groups, min_lrs) at -1; {_RUN} on 0.15.3+"),
-    StartFact("WarmupDecayLR", Span("0.9.0", "0.15.2"), Start.LEAVES_OPTIMIZER_LR,
-              f"{_LR_SCHEDULES} @ v0.9.0..v0.15.2: inherits WarmupLR.__init__"),
-    StartFact("WarmupDecayLR", Span("0.15.3", None), Start.SETS_EVERY_GROUP,
-              f"{_LR_SCHEDULES} @ v0.15.3: inherits WarmupLR.__init__"),
-    StartFact("WarmupCosineLR", Span("0.12.3", "0.15.2"), Start.LEAVES_OPTIMIZER_LR,
-              f"{_LR_SCHEDULES} @ v0.12.3 (class added)..v0.15.2: __init__ never calls update"),
-    StartFact("WarmupCosineLR", Span("0.15.3", "0.18.9"), Start.SETS_GROUP_0_ONLY,
-              f"{_LR_SCHEDULES} @ v0.15.3..v0.18.9: get_lr() at -1 returns [0.0], zip() stops at group 0"),
-    StartFact("WarmupCosineLR", Span("0.19.0", None), Start.SETS_EVERY_GROUP,
-              f"{_LR_SCHEDULES} @ v0.19.0 (PR #7969): get_lr() at -1 returns 0.0 per group"),
-    StartFact("OneCycle", Span("0.9.0", None), Start.SETS_EVERY_GROUP,
-              f"{_LR_SCHEDULES} @ v0.9.0..v0.19.8: _initialize_lr sets cycle_min_lr at -1"),
-    StartFact("LRRangeTest", Span("0.9.0", None), Start.SETS_EVERY_GROUP,
-              f"{_LR_SCHEDULES} @ v0.9.0..v0.19.8: __init__ sets lr_range_test_min_lr at -1"),
+# what each scheduler class does to the optimizer's lr when it is built
+SCHEDULER_STARTS: tuple[Fact[Start], ...] = (
+    Fact("WarmupLR", Span("0.9.0", "0.15.2"), Start.LEAVES_OPTIMIZER_LR,
+         f"{_LR_SCHEDULES} @ v0.9.0..v0.15.2: __init__ never calls update; {_RUN} on 0.14.4, 0.15.2"),
+    Fact("WarmupLR", Span("0.15.3", None), Start.SETS_EVERY_GROUP,
+         f"{_LR_SCHEDULES} @ v0.15.3 (PR #6597): update_lr(groups, min_lrs) at -1; {_RUN} on 0.15.3+"),
+    Fact("WarmupDecayLR", Span("0.9.0", "0.15.2"), Start.LEAVES_OPTIMIZER_LR,
+         f"{_LR_SCHEDULES} @ v0.9.0..v0.15.2: inherits WarmupLR.__init__"),
+    Fact("WarmupDecayLR", Span("0.15.3", None), Start.SETS_EVERY_GROUP,
+         f"{_LR_SCHEDULES} @ v0.15.3: inherits WarmupLR.__init__"),
+    Fact("WarmupCosineLR", Span("0.12.3", "0.15.2"), Start.LEAVES_OPTIMIZER_LR,
+         f"{_LR_SCHEDULES} @ v0.12.3 (class added)..v0.15.2: __init__ never calls update"),
+    Fact("WarmupCosineLR", Span("0.15.3", "0.18.9"), Start.SETS_GROUP_0_ONLY,
+         f"{_LR_SCHEDULES} @ v0.15.3..v0.18.9: get_lr() at -1 returns [0.0], zip() stops at group 0"),
+    Fact("WarmupCosineLR", Span("0.19.0", None), Start.SETS_EVERY_GROUP,
+         f"{_LR_SCHEDULES} @ v0.19.0 (PR #7969): get_lr() at -1 returns 0.0 per group"),
+    Fact("OneCycle", Span("0.9.0", None), Start.SETS_EVERY_GROUP,
+         f"{_LR_SCHEDULES} @ v0.9.0..v0.19.8: _initialize_lr sets cycle_min_lr at -1"),
+    Fact("LRRangeTest", Span("0.9.0", None), Start.SETS_EVERY_GROUP,
+         f"{_LR_SCHEDULES} @ v0.9.0..v0.19.8: __init__ sets lr_range_test_min_lr at -1"),
 )
 
-WARMUP_MAX_LR_DEFAULTS: tuple[MaxLrFact, ...] = (
-    MaxLrFact(Span("0.9.0", "0.17.1"), MaxLrDefault.CONSTANT,
-              f"{_LR_SCHEDULES} @ v0.9.0..v0.17.1: warmup_max_lr: float = 0.001"),
-    MaxLrFact(Span("0.17.2", "0.19.3"), MaxLrDefault.GROUP_0,
-              f"{_LR_SCHEDULES} @ v0.17.2..v0.19.3: [group['lr'] for group in groups][0]"),
-    MaxLrFact(Span("0.19.4", None), MaxLrDefault.EACH_GROUP,
-              f"{_LR_SCHEDULES} @ v0.19.4 (PR #8171): [group['lr'] for group in groups]"),
+# WarmupLR's peak lr when the config gives no warmup_max_lr
+WARMUP_MAX_LR_DEFAULTS: tuple[Fact[MaxLrDefault], ...] = (
+    Fact("WarmupLR", Span("0.9.0", "0.17.1"), MaxLrDefault.CONSTANT,
+         f"{_LR_SCHEDULES} @ v0.9.0..v0.17.1: warmup_max_lr: float = 0.001"),
+    Fact("WarmupLR", Span("0.17.2", "0.19.3"), MaxLrDefault.GROUP_0,
+         f"{_LR_SCHEDULES} @ v0.17.2..v0.19.3: [group['lr'] for group in groups][0]"),
+    Fact("WarmupLR", Span("0.19.4", None), MaxLrDefault.EACH_GROUP,
+         f"{_LR_SCHEDULES} @ v0.19.4 (PR #8171): [group['lr'] for group in groups]"),
 )
 
 
@@ -197,7 +213,7 @@ UPSTREAM_CHANGES: tuple[Change, ...] = (
            "reading the old one"),
 )
 # WarmupDecayLR runs WarmupLR.__init__ (super().__init__) and inherits get_lr (lr_schedules.py @ v0.9.0..v0.19.8)
-_INHERITS = {"WarmupDecayLR": "WarmupLR"}
+_INHERITS = MappingProxyType({"WarmupDecayLR": "WarmupLR"})
 
 
 # the change keys: ``lacks`` refuses any other, so a typo is an error, never a quiet False
@@ -242,28 +258,20 @@ _READ_AT = "read at v0.9.0, 0.9.5, 0.10.0, 0.10.3, 0.11.2, 0.12.0, 0.12.6, 0.13.
     "0.15.2, 0.15.4, 0.16.0, 0.16.9, 0.17.0, 0.17.6, 0.18.0, 0.18.9, 0.19.0, 0.19.8"
 
 
-@dataclass(frozen=True)
-class OptimizerStepFact:
-    """The DeepSpeedEngine method that runs the optimizer step and then the scheduler's, on these releases."""
-
-    span: Span
-    method: str
-    source: str
-
-
-OPTIMIZER_STEPS: tuple[OptimizerStepFact, ...] = (
-    OptimizerStepFact(Span("0.9.0", None), "_take_model_step",
-                      f"{_ENGINE} @ v0.9.0..v0.19.8: step() calls it only at a gradient accumulation boundary; it "
-                      "runs optimizer.step(), then lr_scheduler.step() unless the step overflowed; "
-                      "runtime/pipe/engine.py's _exec_optimizer_step calls it; no other class defines it "
-                      f"({_READ_AT}; its block_eigenvalue parameter is gone by 0.19.8); {_RUN} on 0.15.2, 0.19.8"),
+# the DeepSpeedEngine method that runs the optimizer step and then the scheduler's
+OPTIMIZER_STEPS: tuple[Fact[str], ...] = (
+    Fact("DeepSpeedEngine", Span("0.9.0", None), "_take_model_step",
+         f"{_ENGINE} @ v0.9.0..v0.19.8: step() calls it only at a gradient accumulation boundary; it "
+         "runs optimizer.step(), then lr_scheduler.step() unless the step overflowed; "
+         "runtime/pipe/engine.py's _exec_optimizer_step calls it; no other class defines it "
+         f"({_READ_AT}; its block_eigenvalue parameter is gone by 0.19.8); {_RUN} on 0.15.2, 0.19.8"),
 )
 
 
 def optimizer_step_method(deepspeed_version: str) -> str | None:
     """The DeepSpeedEngine method step mode wraps on this release; None below the table's floor."""
-    parsed = parse(deepspeed_version)
-    return next((fact.method for fact in OPTIMIZER_STEPS if fact.span.contains(parsed)), None)
+    fact = row(OPTIMIZER_STEPS, deepspeed_version)
+    return fact.value if fact is not None else None
 
 
 # DeepSpeed's multi-node launcher --------------------------------------------------------
@@ -280,56 +288,46 @@ _CMD = "real get_cmd checked (tests/test_multinode.py) on 0.14.4, 0.15.2, 0.19.8
 
 
 @dataclass(frozen=True)
-class RunnerFact:
-    """How one runner class of one release range puts an exported variable on every node."""
+class Runner:
+    """How a runner class puts an exported variable on every node."""
 
-    runner: str  # the class in multinode_runner.py
     launcher: str  # `deepspeed --launcher NAME`
-    span: Span
     syntax: str  # what get_cmd writes for each export; "" when it writes nothing
     remote_shell: bool  # the command runs in a shell on each node: the value must be shell-quoted
-    source: str
 
     @property
     def carries(self) -> bool:
         return bool(self.syntax)
 
 
-MULTINODE_RUNNERS: tuple[RunnerFact, ...] = (
-    RunnerFact("PDSHRunner", "pdsh", Span("0.9.0", None), "export NAME=VALUE; before the command pdsh runs over ssh",
-               True,
-               f"{_MNR} @ v0.9.0..v0.19.8: PDSHRunner.get_cmd; {_TWO_NODES}"),
-    RunnerFact("OpenMPIRunner", "openmpi", Span("0.9.0", None), "mpirun -x NAME=VALUE", False,
-               f"{_MNR} @ v0.9.0..v0.19.8: OpenMPIRunner.get_cmd; {_CMD}"),
-    RunnerFact("MPICHRunner", "mpich", Span("0.9.0", "0.9.1"), "", False,
-               f"{_MNR} @ v0.9.0..v0.9.1: get_cmd builds -x NAME=VALUE but leaves it out of the command "
-               "(MPICH's mpiexec passes the launching environment on by default: src/pm/hydra, not tested)"),
-    RunnerFact("MPICHRunner", "mpich", Span("0.9.2", None), "mpirun -genv NAME=VALUE", False,
-               f"{_MNR} @ v0.9.2..v0.19.8: MPICHRunner.get_cmd; {_CMD}"),
-    RunnerFact("IMPIRunner", "impi", Span("0.9.3", None), "mpirun -genv NAME VALUE", False,
-               f"{_MNR} @ v0.9.3 (class added)..v0.19.8: IMPIRunner.get_cmd; {_CMD}"),
-    RunnerFact("SlurmRunner", "slurm", Span("0.9.0", None), "srun --export=ALL,NAME=VALUE", False,
-               f"{_MNR} @ v0.9.0..v0.19.8: SlurmRunner.get_cmd; {_CMD}"),
-    RunnerFact("MVAPICHRunner", "mvapich", Span("0.9.0", None), "mpirun -env NAME=VALUE", False,
-               f"{_MNR} @ v0.9.0..v0.19.8: MVAPICHRunner.get_cmd; {_CMD}"),
+# each runner class of multinode_runner.py
+MULTINODE_RUNNERS: tuple[Fact[Runner], ...] = (
+    Fact("PDSHRunner", Span("0.9.0", None),
+         Runner("pdsh", "export NAME=VALUE; before the command pdsh runs over ssh", remote_shell=True),
+         f"{_MNR} @ v0.9.0..v0.19.8: PDSHRunner.get_cmd; {_TWO_NODES}"),
+    Fact("OpenMPIRunner", Span("0.9.0", None), Runner("openmpi", "mpirun -x NAME=VALUE", remote_shell=False),
+         f"{_MNR} @ v0.9.0..v0.19.8: OpenMPIRunner.get_cmd; {_CMD}"),
+    Fact("MPICHRunner", Span("0.9.0", "0.9.1"), Runner("mpich", "", remote_shell=False),
+         f"{_MNR} @ v0.9.0..v0.9.1: get_cmd builds -x NAME=VALUE but leaves it out of the command "
+         "(MPICH's mpiexec passes the launching environment on by default: src/pm/hydra, not tested)"),
+    Fact("MPICHRunner", Span("0.9.2", None), Runner("mpich", "mpirun -genv NAME=VALUE", remote_shell=False),
+         f"{_MNR} @ v0.9.2..v0.19.8: MPICHRunner.get_cmd; {_CMD}"),
+    Fact("IMPIRunner", Span("0.9.3", None), Runner("impi", "mpirun -genv NAME VALUE", remote_shell=False),
+         f"{_MNR} @ v0.9.3 (class added)..v0.19.8: IMPIRunner.get_cmd; {_CMD}"),
+    Fact("SlurmRunner", Span("0.9.0", None), Runner("slurm", "srun --export=ALL,NAME=VALUE", remote_shell=False),
+         f"{_MNR} @ v0.9.0..v0.19.8: SlurmRunner.get_cmd; {_CMD}"),
+    Fact("MVAPICHRunner", Span("0.9.0", None), Runner("mvapich", "mpirun -env NAME=VALUE", remote_shell=False),
+         f"{_MNR} @ v0.9.0..v0.19.8: MVAPICHRunner.get_cmd; {_CMD}"),
 )
 
-
-@dataclass(frozen=True)
-class QuotingFact:
-    """What MultiNodeRunner.add_export does to a value (why the patch writes its exports itself)."""
-
-    span: Span
-    quoting: str
-    source: str
-
-
-ADD_EXPORT_QUOTING: tuple[QuotingFact, ...] = (
-    QuotingFact(Span("0.9.0", "0.15.1"), "the value as given", f"{_MNR} @ v0.9.0..v0.15.1: var.strip()"),
-    QuotingFact(Span("0.15.2", "0.16.4"), "always in double quotes: ranks started without a shell (MPI, "
-                "Slurm) receive the quotes", f"{_MNR} @ v0.15.2..v0.16.4: f'\"{{var.strip()}}\"'"),
-    QuotingFact(Span("0.16.5", None), "in double quotes only when it has characters outside "
-                "[\\w@%+=:,./-]", f"{_MNR} @ v0.16.5 (PR #7071)..v0.19.8: re.search before quoting"),
+# what MultiNodeRunner.add_export does to a value (why the patch writes its exports itself)
+ADD_EXPORT_QUOTING: tuple[Fact[str], ...] = (
+    Fact("MultiNodeRunner.add_export", Span("0.9.0", "0.15.1"), "the value as given",
+         f"{_MNR} @ v0.9.0..v0.15.1: var.strip()"),
+    Fact("MultiNodeRunner.add_export", Span("0.15.2", "0.16.4"), "always in double quotes: ranks started without "
+         "a shell (MPI, Slurm) receive the quotes", f"{_MNR} @ v0.15.2..v0.16.4: f'\"{{var.strip()}}\"'"),
+    Fact("MultiNodeRunner.add_export", Span("0.16.5", None), "in double quotes only when it has characters "
+         "outside [\\w@%+=:,./-]", f"{_MNR} @ v0.16.5 (PR #7071)..v0.19.8: re.search before quoting"),
 )
 
 
@@ -414,37 +412,29 @@ def accelerate_support(version: str) -> Support:
     return support(version, ACCELERATE_FLOOR, NEWEST_ACCELERATE)
 
 
-def start_fact(scheduler: str, deepspeed_version: str) -> StartFact | None:
+def start_fact(scheduler: str, deepspeed_version: str) -> Fact[Start] | None:
     """The table's row for this scheduler class on this release; None if the table has none."""
-    parsed = parse(deepspeed_version)
-    for fact in SCHEDULER_STARTS:
-        if fact.scheduler == scheduler and fact.span.contains(parsed):
-            return fact  # an untested release falls in the newest row (last=None): it is assumed to hold
-    return None
+    return row(SCHEDULER_STARTS, deepspeed_version, scheduler)
 
 
-def runner_facts(deepspeed_version: str) -> tuple[RunnerFact, ...]:
+def runner_facts(deepspeed_version: str) -> list[Fact[Runner]]:
     """The multi-node runner classes of this release (the newest release's for an untested one)."""
-    parsed = parse(deepspeed_version)
-    if parsed[:3] > parse(NEWEST_DEEPSPEED):
-        parsed = parse(NEWEST_DEEPSPEED)
-    return tuple(fact for fact in MULTINODE_RUNNERS if fact.span.contains(parsed))
+    if parse(deepspeed_version)[:3] > parse(NEWEST_DEEPSPEED):
+        deepspeed_version = NEWEST_DEEPSPEED
+    return rows(MULTINODE_RUNNERS, deepspeed_version)
 
 
-def runner_fact(runner: str, deepspeed_version: str) -> RunnerFact | None:
-    return next((f for f in runner_facts(deepspeed_version) if f.runner == runner), None)
+def runner_fact(runner: str, deepspeed_version: str) -> Fact[Runner] | None:
+    return next((f for f in runner_facts(deepspeed_version) if f.subject == runner), None)
 
 
 def warmup_max_lr_default(deepspeed_version: str) -> MaxLrDefault:
-    parsed = parse(deepspeed_version)
-    for fact in WARMUP_MAX_LR_DEFAULTS:
-        if fact.span.contains(parsed):
-            return fact.default
-    return MaxLrDefault.EACH_GROUP
+    fact = row(WARMUP_MAX_LR_DEFAULTS, deepspeed_version)
+    return fact.value if fact is not None else MaxLrDefault.EACH_GROUP
 
 
 def scheduler_classes() -> tuple[str, ...]:
-    return tuple(dict.fromkeys(fact.scheduler for fact in SCHEDULER_STARTS))
+    return tuple(dict.fromkeys(fact.subject for fact in SCHEDULER_STARTS))
 
 
 def missing_backports(scheduler: str, deepspeed_version: str) -> tuple[Change, ...]:
@@ -464,8 +454,8 @@ def verdict(scheduler: str, deepspeed_version: str) -> str:
         return "absent"
     if level is Support.UNTESTED:
         return "untested"
-    if fact.start is not Start.SETS_EVERY_GROUP:
-        return "affected (groups 1+)" if fact.start is Start.SETS_GROUP_0_ONLY else "affected"
+    if fact.value is not Start.SETS_EVERY_GROUP:
+        return "affected (groups 1+)" if fact.value is Start.SETS_GROUP_0_ONLY else "affected"
     if never_affected(scheduler):
         return "not affected"
     missing = missing_backports(scheduler, deepspeed_version)
@@ -492,8 +482,8 @@ def backports_for(scheduler: str, deepspeed_version: str, params: dict[str, obje
 
 def never_affected(scheduler: str) -> bool:
     """True for a class that sets every group's lr when built on every release in the table (OneCycle)."""
-    facts = [f for f in SCHEDULER_STARTS if f.scheduler == scheduler]
-    return bool(facts) and all(f.start is Start.SETS_EVERY_GROUP for f in facts) and not any(
+    facts = [f for f in SCHEDULER_STARTS if f.subject == scheduler]
+    return bool(facts) and all(f.value is Start.SETS_EVERY_GROUP for f in facts) and not any(
         c.backported and c.scheduler == _INHERITS.get(scheduler, scheduler) for c in UPSTREAM_CHANGES)
 
 

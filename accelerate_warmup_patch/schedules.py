@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import copy
 import sys
-import weakref
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
-from . import failures, releases, wrapping
+from . import failures, releases
 from .settings import Mode
+from .state import STATE
 
 SCHEDULES_MODULE = "deepspeed.runtime.lr_schedules"
-KNOWN = releases.scheduler_classes()
+KNOWN: tuple[str, ...] = releases.scheduler_classes()
 
 
 def class_name(scheduler: object) -> str | None:
@@ -45,27 +46,6 @@ def is_fresh(scheduler: Any) -> bool:
     return getattr(scheduler, "last_batch_iteration", None) == -1
 
 
-class Seen:
-    """Objects seen, by id (a scheduler may be unhashable), forgotten when they die. An object without
-    __weakref__ is not remembered: its id could be reused by a newer object while it is recorded."""
-
-    def __init__(self) -> None:
-        self.ids: set[int] = set()  # a set of ints: `id(x) in seen.ids` runs on step mode's every optimizer step
-
-    def __contains__(self, obj: object) -> bool:
-        return id(obj) in self.ids
-
-    def add(self, obj: object) -> None:
-        key = id(obj)
-        if key in self.ids:
-            return
-        try:
-            weakref.finalize(obj, self.ids.discard, key)
-        except TypeError:
-            return
-        self.ids.add(key)
-
-
 def lr_value(lr: Any) -> float:
     """A group's lr as a float, whether the group holds a float or a tensor (DeepSpeed 0.18.1+)."""
     return float(lr.item()) if hasattr(lr, "item") else float(lr)
@@ -90,32 +70,43 @@ def fmt(values: list[Any]) -> str:
 
 # one group's lr before and after a change: (group index, old lr, new lr)
 Moved = tuple[int, float, float]
+Result = TypeVar("Result")
 
 
-def change(scheduler: Any, key: str, what: str, action: Callable[[], object], consequence: str,
-           all_groups: bool = False) -> list[Moved] | None:
-    """The one way the patch changes a scheduler: snapshot, act, restore on error and report; returns the
-    groups' lr changes (every group's with ``all_groups``), or None when it failed and restored.
+@dataclass(frozen=True)
+class Changed(Generic[Result]):
+    """What a change did: the groups' lr changes, and what its action returned."""
+
+    moved: list[Moved]
+    result: Result
+
+
+def change(scheduler: Any, *, key: str, what: str, action: Callable[[], Result], consequence: str,
+           all_groups: bool = False) -> Changed[Result] | None:
+    """The one way the patch changes a scheduler: snapshot, act, restore on error and report (``key``,
+    ``what`` and ``consequence`` say it, as ``failures.report`` does); returns the groups' lr changes (every
+    group's with ``all_groups``) and the action's result, or None when it failed and restored.
 
     In warn mode the action runs as in reset mode, and then everything it changed is restored: the same
     decisions, with nothing left written (the groups hold their very lr objects, with their values)."""
     saved = None
-    dry = wrapping.mode == Mode.WARN
+    dry = STATE.mode == Mode.WARN
     try:
         groups = scheduler.optimizer.param_groups
         saved = _snapshot(scheduler, groups)
         before = [lr_value(g["lr"]) for g in groups]
-        with wrapping.dry_run(dry):
-            action()
+        with STATE.dry_run(dry):
+            result = action()
         after = [lr_value(g["lr"]) for g in groups]
         if dry:
             _restore(scheduler, groups, saved)
     except Exception as error:
         if saved is not None:
             _restore(scheduler, groups, saved)
-        failures.report(key, what, error, consequence)
+        failures.report(key, what=what, error=error, consequence=consequence)
         return None
-    return [(i, old, new) for i, (old, new) in enumerate(zip(before, after)) if all_groups or old != new]
+    moved = [(i, old, new) for i, (old, new) in enumerate(zip(before, after)) if all_groups or old != new]
+    return Changed(moved, result)
 
 
 def said(changes: list[Moved]) -> str:

@@ -1,10 +1,11 @@
 """ACCELERATE_WARMUP_PATCH* parsing and validation, in one place.
 
-On the start-up path of every process of an armed image: imports nothing but ``os`` (already
+On the start-up path of every process of an armed image: imports nothing but ``os`` and ``types`` (already
 loaded by ``site``); ``logging`` is imported only to warn of a bad value.
 """
 
 import os
+from types import MappingProxyType
 
 ENV_MODE = "ACCELERATE_WARMUP_PATCH"
 ENV_STRICT = "ACCELERATE_WARMUP_PATCH_STRICT"
@@ -19,12 +20,12 @@ class Mode:
     OFF = "off"  # nothing is patched
 
 
-_ALIASES: "dict[str, str]" = {
+_ALIASES = MappingProxyType({
     **dict.fromkeys(("reset", "1", "true", "on", "yes", "enable", "enabled"), Mode.RESET),
     "step": Mode.STEP,
     "warn": Mode.WARN,
     **dict.fromkeys(("off", "0", "false", "no", "none", "disable", "disabled"), Mode.OFF),
-}
+})
 ACCEPTED = ("reset (or 1, true, on, yes, enable, enabled), step, warn, off (or 0, false, no, none, disable, "
             "disabled)")
 DEFAULT = Mode.RESET  # what an import arms when ACCELERATE_WARMUP_PATCH is unset or blank

@@ -12,25 +12,26 @@ What is wrapped on which release and in which mode is ``releases.WRAPPED``; here
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from types import ModuleType
+from collections.abc import Callable, Mapping
+from types import MappingProxyType, ModuleType
 
 from . import backport, failures, launcher, log, nets, releases, schedules, wrapping
 from .settings import Mode
+from .state import STATE
 
 
 def patch_deepspeed(module: ModuleType) -> None:
     """Everything on DeepSpeed's side, decided by its release: below the table's floor, nothing."""
     version = str(getattr(module, "__version__", "0"))
-    wrapping.state.deepspeed_version = version
-    if not _supported("ds", "DeepSpeed", version, releases.deepspeed_support(version), releases.DEEPSPEED_FLOOR,
-                      releases.NEWEST_DEEPSPEED, "nothing is patched",
-                      "; it has every change the patch backports, so only step mode acts"):
+    STATE.deepspeed_version = version
+    if not _supported("ds", framework="DeepSpeed", version=version, level=releases.deepspeed_support(version),
+                      floor=releases.DEEPSPEED_FLOOR, newest=releases.NEWEST_DEEPSPEED, skipped="nothing is patched",
+                      untested="; it has every change the patch backports, so only step mode acts"):
         return
     engine_class = sys.modules["deepspeed.runtime.engine"].DeepSpeedEngine  # deepspeed/__init__.py imported it
     # releases.WRAPPED's rows for this release and mode. Step mode's net, the one per-step net, is a row of step mode
     # alone, so it is wrapped only where it acts (a later apply("step") runs this again and adds it).
-    for row in releases.wrapped(version, wrapping.mode or Mode.OFF):
+    for row in releases.wrapped(version, STATE.mode or Mode.OFF):
         _WRAPS[row.target](module, engine_class, version)
 
 
@@ -58,12 +59,12 @@ def _wrap_optimizer_step(deepspeed: ModuleType, engine_class: type, version: str
     if optimizer_step is not None and optimizer_step in vars(engine_class):
         wrapping.wrap(engine_class, optimizer_step, nets.optimizer_step_wrapper)
     else:  # an untested release that moved it: step mode has no moment to act
-        failures.report("optimizer-step", f"finding DeepSpeedEngine.{optimizer_step}, where step mode acts",
-                        LookupError(f"DeepSpeed {version} has no DeepSpeedEngine.{optimizer_step}"),
-                        "step mode steps no scheduler; everything else applies")
+        failures.report("optimizer-step", what=f"finding DeepSpeedEngine.{optimizer_step}, where step mode acts",
+                        error=LookupError(f"DeepSpeed {version} has no DeepSpeedEngine.{optimizer_step}"),
+                        consequence="step mode steps no scheduler; everything else applies")
 
 
-def _supported(key: str, framework: str, version: str, level: releases.Support, floor: str, newest: str,
+def _supported(key: str, *, framework: str, version: str, level: releases.Support, floor: str, newest: str,
                skipped: str, untested: str) -> bool:
     """False below the table's floor; said once, as is a release newer than the table's newest."""
     if level is releases.Support.UNSUPPORTED:
@@ -77,17 +78,17 @@ def _supported(key: str, framework: str, version: str, level: releases.Support, 
 
 
 # releases.WRAPPED's rows that deepspeed's import wraps -> how (a row without one raises KeyError: a test checks)
-_WRAPS: dict[str, Callable[[ModuleType, type, str], None]] = {
+_WRAPS: Mapping[str, Callable[[ModuleType, type, str], None]] = MappingProxyType({
     releases.SCHEDULER_METHODS: _wrap_scheduler_methods,
     "deepspeed.initialize": _wrap_initialize,
     "DeepSpeedEngine.load_checkpoint": _wrap_load_checkpoint,
     "DeepSpeedEngine.save_checkpoint": _wrap_save_checkpoint,
     "DeepSpeedEngine._take_model_step": _wrap_optimizer_step,
-}
+})
 
 # module name -> what patches it, right after its import; api.py calls it, undoes and reports what it raises
-# (api.WAITS_FOR names the same modules, without loading this one)
-PATCHERS: dict[str, Callable[[ModuleType], None]] = {
+# (the package's WAITS_FOR names the same modules, without loading this one: a unit test checks they agree)
+PATCHERS: Mapping[str, Callable[[ModuleType], None]] = MappingProxyType({
     "deepspeed": patch_deepspeed,
     launcher.MODULE: launcher.patch_runners,
-}
+})

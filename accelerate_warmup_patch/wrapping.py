@@ -1,47 +1,22 @@
-"""The record of what the patch wrapped, and the switch every wrapper reads.
+"""The record of what the patch wrapped: wrap, unwrap, and what is in place.
 
-``mode`` is the switch: None while nothing is armed (every wrapper then calls the original alone), else
-the armed mode; ``api.apply`` and ``api.remove`` set it, holding ``lock``. ``state`` is the record of this
-process: each wrapper with its original (``wrap``, ``unwrap_since``, ``in_place``, ``lost``), the DeepSpeed
-release wrapped, and what the patch changed. A target may carry other tools' wrappers above and below ours:
-ours is found down the ``__wrapped__`` chain, one layer at most, and taken out of it alone. wrapt is imported
-at the first ``wrap``, once deepspeed is imported (it costs ~50 ms): api.py reads and sets the switch without it.
+Each wrapper is recorded with its original in ``STATE.wrapped`` (state.py, which also holds the switch ``mode``
+that every wrapper reads, and the lock that guards the record). A target may carry other tools' wrappers above
+and below ours: ours is found down the ``__wrapped__`` chain, one layer at most, and taken out of it alone. wrapt
+is imported at the first ``wrap``, once deepspeed is imported (it costs ~50 ms): api.py arms and disarms without it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from . import log, releases
-
-# the switch: None while nothing is armed; the wrappers read it on every call
-mode: str | None = None
-# Guards the record, the attributes the patch sets and ``mode``: apply() and remove() hold it for their whole
-# run, so that any interleaving of them from several threads ends as one of them run alone. Re-entrant: apply()
-# may call remove(), and a hook that apply() fires applies. Never held across an import of a framework.
-lock = threading.RLock()
-# Set in a thread while warn mode's dry run of a change runs (schedules.change). The wrappers whose value a change
-# reads (get_lr, get_lr_ratio) pass through while unarmed, and in warn mode outside a dry run; they test that
-# inline, since a function call would cost every step.
-dry = threading.local()
-
-
-@contextlib.contextmanager
-def dry_run(on: bool) -> Iterator[None]:
-    """While it is open (and ``on``), this thread's wrappers compute as in reset mode."""
-    before = getattr(dry, "on", False)
-    dry.on = on or before
-    try:
-        yield
-    finally:
-        dry.on = before
+from .state import STATE
 
 
 @dataclass
@@ -77,21 +52,9 @@ class _Wrapped:
         return self.current() and any(layer is self.wrapper for layer in self.layers())
 
 
-@dataclass
-class _State:
-    wrapped: list[_Wrapped] = field(default_factory=list)
-    deepspeed_version: str | None = None  # as deepspeed's hook saw it
-    fixes: int = 0
-    would_fix: int = 0  # warn mode: the schedulers reset mode would have changed
-    not_fixed: list[str] = field(default_factory=list)  # one line per scheduler the patch had to leave wrong
-
-
-state = _State()
-
-
 def deepspeed_version() -> str:
     """The running DeepSpeed's release: as its hook saw it, else as installed."""
-    return state.deepspeed_version or releases.installed("deepspeed") or "0"
+    return STATE.deepspeed_version or releases.installed("deepspeed") or "0"
 
 
 class _Reference:
@@ -119,13 +82,9 @@ class _Reference:
         return self if instance is None else getattr(copy.deepcopy(instance, memo), _bound_name(self))
 
 
-_function_wrapper: type | None = None
-
-
 def _wrapper_class() -> type:
     """wrapt's FunctionWrapper with ``_Reference``'s pickling, made at the first wrap: importing wrapt costs ~50 ms."""
-    global _function_wrapper
-    if _function_wrapper is None:
+    if STATE.wrapper_class is None:
         import wrapt
 
         class _BoundFunctionWrapper(_Reference, wrapt.BoundFunctionWrapper):  # type: ignore[misc]
@@ -144,8 +103,8 @@ def _wrapper_class() -> type:
                     return self.__get__(args[0], type(args[0]))(*args[1:], **kwargs)
                 return super().__call__(*args, **kwargs)
 
-        _function_wrapper = _FunctionWrapper
-    return _function_wrapper
+        STATE.wrapper_class = _FunctionWrapper
+    return STATE.wrapper_class
 
 
 def _bound_to(wrapper: Any) -> Any:
@@ -214,39 +173,39 @@ def _is_proxy(layer: Any) -> bool:
 def wrap(owner: Any, name: str, wrapper: Callable[..., Any]) -> None:
     """Put ``wrapper`` (wrapt's signature) around ``owner.name``: one layer of ours however often apply() runs."""
     function_wrapper = _wrapper_class()  # wrapt is imported before the lock is taken: no import under it
-    with lock:
-        for wrapped in list(state.wrapped):
+    with STATE.lock:
+        for wrapped in list(STATE.wrapped):
             if wrapped.owner is owner and wrapped.name == name:
                 if wrapped.in_place():
                     return
-                state.wrapped.remove(wrapped)  # reloaded, or taken out by another tool: wrap what is there now
+                STATE.wrapped.remove(wrapped)  # reloaded, or taken out by another tool: wrap what is there now
         left = next((layer for layer in _chain(_attribute(owner, name)) if _ours(layer)), None)
         if left is not None:  # remove() had to leave it under another tool's wrapper: it serves again
-            state.wrapped.append(_Wrapped(owner, name, left.__wrapped__, left))
+            STATE.wrapped.append(_Wrapped(owner, name, left.__wrapped__, left))
             return
         original = _attribute(owner, name)
-        # no `enabled=` callable: it costs a Python call per call; the wrappers read `mode`
+        # no `enabled=` callable: it costs a Python call per call; the wrappers read `STATE.mode`
         layer = function_wrapper(original, wrapper)
         layer._self_owner = owner if isinstance(owner, type) else None
         setattr(owner, name, layer)
-        state.wrapped.append(_Wrapped(owner, name, original, layer))
+        STATE.wrapped.append(_Wrapped(owner, name, original, layer))
 
 
 def is_wrapped(original: Any) -> bool:
     """True while ``original`` is recorded as wrapped (remove() has not put it back)."""
-    return any(w.original is original for w in state.wrapped)
+    return any(w.original is original for w in STATE.wrapped)
 
 
 def count() -> int:
     """How many wrappers are recorded: a mark for ``unwrap_since``."""
-    return len(state.wrapped)
+    return len(STATE.wrapped)
 
 
 def unwrap_since(mark: int) -> None:
     """Take out our layer of every target wrapped after the first ``mark`` records, newest first."""
-    with lock:
-        while len(state.wrapped) > mark:
-            _take_out(state.wrapped.pop())
+    with STATE.lock:
+        while len(STATE.wrapped) > mark:
+            _take_out(STATE.wrapped.pop())
 
 
 def _take_out(wrapped: _Wrapped) -> None:
@@ -277,11 +236,11 @@ def unwrap_all() -> None:
 
 def in_place() -> list[str]:
     """The labels of the targets whose callers go through our layer now."""
-    with lock:
-        return [w.label for w in state.wrapped if w.in_place()]
+    with STATE.lock:
+        return [w.label for w in STATE.wrapped if w.in_place()]
 
 
 def lost() -> list[str]:
     """The labels of the targets wrapped by this patch whose layer another tool has taken out since."""
-    with lock:
-        return [w.label for w in state.wrapped if w.current() and not w.in_place()]
+    with STATE.lock:
+        return [w.label for w in STATE.wrapped if w.current() and not w.in_place()]

@@ -418,9 +418,9 @@ def expected_unpatched_first_step(spec: Spec, deepspeed_version: str) -> list[fl
     fact = releases.start_fact(name, deepspeed_version)
     if fact is None:
         raise LookupError(f"the table has no row for {name} on {deepspeed_version}")
-    if fact.start is releases.Start.SETS_EVERY_GROUP:
+    if fact.value is releases.Start.SETS_EVERY_GROUP:
         return list(newest)
-    if fact.start is releases.Start.SETS_GROUP_0_ONLY:
+    if fact.value is releases.Start.SETS_GROUP_0_ONLY:
         return [newest[0], *spec.groups[1:]]
     return list(spec.groups)
 

@@ -180,7 +180,7 @@ def _two_ranks(deepspeed: str) -> tuple[str, bool]:
 
     newest = GOLDEN["runs"][Spec().key][:4]
     fact = releases.start_fact("WarmupLR", deepspeed)
-    changes = 0 if fact is not None and fact.start is releases.Start.SETS_EVERY_GROUP else 1  # INFO lines a job prints
+    changes = 0 if fact is not None and fact.value is releases.Start.SETS_EVERY_GROUP else 1  # INFO lines a job prints
     results = []
     for stage in (0, 2):
         with tempfile.TemporaryDirectory() as out:
@@ -211,7 +211,7 @@ def _package_commit() -> str:
 
 
 def suggest(deepspeed: str) -> None:
-    """Print the StartFact rows that describe what this release was seen doing."""
+    """Print the SCHEDULER_STARTS rows that describe what this release was seen doing."""
     specs = _specs("engine", releases.NEWEST_DEEPSPEED)
     unpatched = run_specs(*specs)
     for name in releases.scheduler_classes():
@@ -220,7 +220,7 @@ def suggest(deepspeed: str) -> None:
             continue
         same = all(unpatched.lrs[s.key][0] == GOLDEN["runs"][s.key][0] for s in runs)
         start = "SETS_EVERY_GROUP" if same else "LEAVES_OPTIMIZER_LR  # check: differs from the newest"
-        print(f'    StartFact("{name}", Span("{deepspeed}", None), Start.{start}, "{_RUN} on {deepspeed}"),')
+        print(f'    Fact("{name}", Span("{deepspeed}", None), Start.{start}, "{_RUN} on {deepspeed}"),')
 
 
 _RUN = "real engine run, CPU"

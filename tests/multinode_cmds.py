@@ -55,7 +55,7 @@ def main() -> int:
             out["strict"] = f"{type(error).__name__}: {error}"
         print(json.dumps(out))
         return 0
-    print(json.dumps({f.runner: build(multinode_runner, launcher_module, hostfile, f.launcher, f.runner)
+    print(json.dumps({f.subject: build(multinode_runner, launcher_module, hostfile, f.value.launcher, f.subject)
                       for f in facts}))
     return 0
 

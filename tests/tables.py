@@ -52,8 +52,8 @@ def _span(versions: Iterable[str]) -> str:
     return ordered[0] if len(ordered) == 1 else f"{ordered[0]} to {ordered[-1]}"
 
 
-def _patch_action(fact: releases.StartFact) -> str:
-    return "nothing to do" if fact.start is releases.Start.SETS_EVERY_GROUP else "starts every group"
+def _patch_action(fact: releases.Fact[releases.Start]) -> str:
+    return "nothing to do" if fact.value is releases.Start.SETS_EVERY_GROUP else "starts every group"
 
 
 PULL = "https://github.com/deepspeedai/DeepSpeed/pull/"
@@ -71,9 +71,9 @@ def summary(results: dict[str, Row]) -> str:
     """The README's block: what each release does, and what each tier of real runs covered."""
     lines = [BEGIN, "", "What each DeepSpeed release does to the optimizer's lr when it builds the scheduler:", ""]
     lines += _table(["scheduler", "DeepSpeed releases", "at construction", "the patch"],
-                    ([f.scheduler, f.span, f.start.value, _patch_action(f)] for f in releases.SCHEDULER_STARTS))
+                    ([f.subject, f.span, f.value.value, _patch_action(f)] for f in releases.SCHEDULER_STARTS))
     lines += ["", "WarmupLR's peak lr when no `warmup_max_lr` is given (the patch gives each group's own):", ""]
-    lines += _table(["DeepSpeed releases", "default peak lr"], ([f.span, f.default.value]
+    lines += _table(["DeepSpeed releases", "default peak lr"], ([f.span, f.value.value]
                                                                  for f in releases.WARMUP_MAX_LR_DEFAULTS))
     lines += ["", f"Every change upstream made to the warmup schedulers' lrs since {releases.DEEPSPEED_FLOOR}, and "
               "which the patch backports: [docs/matrix.md](docs/matrix.md#the-guard-table)."]
@@ -149,11 +149,11 @@ def matrix_page(results: dict[str, Row]) -> str:
              "## The guard table", "", "What each release does to the optimizer's lr when it builds the scheduler:",
              ""]
     lines += _table(["scheduler", "DeepSpeed releases", "at construction", "the patch", "source"],
-                    ([f.scheduler, f.span, f.start.value, _patch_action(f), f.source]
+                    ([f.subject, f.span, f.value.value, _patch_action(f), f.source]
                      for f in releases.SCHEDULER_STARTS))
     lines += ["", "WarmupLR's peak lr when no `warmup_max_lr` is given:", ""]
     lines += _table(["DeepSpeed releases", "default peak lr", "source"],
-                    ([f.span, f.default.value, f.source] for f in releases.WARMUP_MAX_LR_DEFAULTS))
+                    ([f.span, f.value.value, f.source] for f in releases.WARMUP_MAX_LR_DEFAULTS))
     lines += ["", f"Every change upstream made to the warmup schedulers' lrs since {releases.DEEPSPEED_FLOOR} "
               "(`releases.UPSTREAM_CHANGES`, read from `deepspeed/runtime/lr_schedules.py` at each tag and the PR):",
               ""]
@@ -161,10 +161,10 @@ def matrix_page(results: dict[str, Row]) -> str:
     lines += ["", "Where a DeepSpeed engine takes its optimizer step, and `step` mode looks at the scheduler just "
               "before the first one:", ""]
     lines += _table(["DeepSpeed releases", "`DeepSpeedEngine` method", "source"],
-                    ([f.span, f"`{f.method}`", f.source] for f in releases.OPTIMIZER_STEPS))
+                    ([f.span, f"`{f.value}`", f.source] for f in releases.OPTIMIZER_STEPS))
     lines += ["", "DeepSpeed's multi-node runners, and how each puts an exported variable on every node:", ""]
     lines += _table(["runner", "`--launcher`", "DeepSpeed releases", "per export", "source"],
-                    ([f.runner, f.launcher, f.span, f.syntax or "nothing", f.source]
+                    ([f.subject, f.value.launcher, f.span, f.value.syntax or "nothing", f.source]
                      for f in releases.MULTINODE_RUNNERS))
     lines += ["", "## Era stacks", ""]
     lines += _table(["DeepSpeed", "month", "Python", "torch", "wrapt", "accelerate", "transformers", "ran",

@@ -15,10 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import GOLDEN, Spec, run_child, run_python, run_specs
 
-from accelerate_warmup_patch import settings
-
-# the modules the patch waits for, as status() names them
-WAITS_FOR = ["deepspeed", "deepspeed.launcher.multinode_runner"]
+from accelerate_warmup_patch import WAITS_FOR, settings
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -104,7 +101,7 @@ def test_using_the_api_before_any_framework_arms_the_hooks_at_once():
                       "status = awp.status()\n"
                       f"print(status['applied_by'], status['waiting_for'], len({FINDER}))")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip() == f"['import'] {WAITS_FOR} 1"
+    assert proc.stdout.strip() == f"['import'] {list(WAITS_FOR)} 1"
 
 
 @pytest.mark.usefixtures("deepspeed")

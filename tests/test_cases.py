@@ -67,7 +67,7 @@ def differs_unpatched(name: str) -> bool:
     """Where this release, unpatched, gives something else than the newest release for this case."""
     shown = SHOWS[name]
     if name in ONE_COSINE_GROUP:
-        return releases.start_fact("WarmupCosineLR", DEEPSPEED).start is releases.Start.LEAVES_OPTIMIZER_LR
+        return releases.start_fact("WarmupCosineLR", DEEPSPEED).value is releases.Start.LEAVES_OPTIMIZER_LR
     return shown is not None and releases.lacks(*shown, DEEPSPEED)
 
 

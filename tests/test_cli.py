@@ -62,7 +62,7 @@ def test_demo_prints_both_trajectories_a_verdict_and_a_plot(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _sprung(tmp_path / "work") == []  # its two training runs imported nothing from there
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    fixed = releases.start_fact("WarmupLR", installed("deepspeed")).start is releases.Start.SETS_EVERY_GROUP
+    fixed = releases.start_fact("WarmupLR", installed("deepspeed")).value is releases.Start.SETS_EVERY_GROUP
     expected = "is fixed upstream; the patch changes nothing" if fixed else "has the bug (step 0 ran at 0.001)"
     assert expected in proc.stdout, proc.stdout
     assert "   0           0.001               0" in proc.stdout or fixed

@@ -50,7 +50,7 @@ def test_patched_trajectory_equals_the_newest_release_exactly(patched, spec):
 
 
 def test_bug_is_reproduced_unpatched_and_fixed_patched_on_a_buggy_release(unpatched, patched):
-    if releases.start_fact("WarmupLR", DEEPSPEED).start is not releases.Start.LEAVES_OPTIMIZER_LR:
+    if releases.start_fact("WarmupLR", DEEPSPEED).value is not releases.Start.LEAVES_OPTIMIZER_LR:
         pytest.skip(f"WarmupLR is fixed upstream on {DEEPSPEED}")
     key = Spec().key
     assert unpatched.lrs[key][0] == [1e-3]  # the peak lr, at step 0
@@ -64,7 +64,7 @@ def test_a_normal_patched_run_warns_of_nothing_but_a_changed_peak_lr(patched):
 
 def test_one_info_line_names_scheduler_groups_and_change(patched):
     lines = [x for x in patched.patch_lines() if "WarmupLR: group 0 lr 0.001 -> 0.0" in x]
-    if releases.start_fact("WarmupLR", DEEPSPEED).start is releases.Start.LEAVES_OPTIMIZER_LR:
+    if releases.start_fact("WarmupLR", DEEPSPEED).value is releases.Start.LEAVES_OPTIMIZER_LR:
         assert lines, patched.stderr[-3000:]
         assert f"DeepSpeed {DEEPSPEED} leaves the optimizer's lr" in lines[0]
     else:

@@ -29,7 +29,7 @@ from accelerate_warmup_patch import releases
 
 DEEPSPEED = installed("deepspeed")
 ON_GOLDEN_RELEASE = GOLDEN["deepspeed"] == DEEPSPEED
-BUGGY = releases.start_fact("WarmupLR", DEEPSPEED).start is releases.Start.LEAVES_OPTIMIZER_LR
+BUGGY = releases.start_fact("WarmupLR", DEEPSPEED).value is releases.Start.LEAVES_OPTIMIZER_LR
 
 CASES = [
     Spec(fp16=True, overflow_steps=2),  # ZeRO 0: FP16_UnfusedOptimizer

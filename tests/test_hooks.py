@@ -61,7 +61,7 @@ def test_a_first_api_use_during_another_threads_framework_import_does_not_deadlo
 
 
 # Thread A imports deepspeed (which imports accelerate), thread B imports accelerate, thread C uses the API.
-# One of A and B is held inside the package's _sweep, between two of its steps over the pending modules (in
+# One of A and B is held inside the package's sweep of its hooks, between two of its steps over the pending modules (in
 # the loader's sweep after deepspeed's hooks, or in the sweep of the apply() that arms the patch at
 # accelerate's import), while C runs its calls; then it goes on. Each hold and release is an Event
 # (tests/children/import_race.py).

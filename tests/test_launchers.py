@@ -43,7 +43,7 @@ def _check(launched: tuple[subprocess.CompletedProcess[str], dict[str, object]])
     assert ranks["rank0"] == [[0.0], [0.0], [0.0002], [0.0004]]  # the newest release's trajectory
     output = proc.stdout + proc.stderr
     info = [x for x in output.splitlines() if "[accelerate_warmup_patch] INFO" in x]
-    fixed = releases.start_fact("WarmupLR", installed("deepspeed")).start is releases.Start.SETS_EVERY_GROUP
+    fixed = releases.start_fact("WarmupLR", installed("deepspeed")).value is releases.Start.SETS_EVERY_GROUP
     assert len(info) == (0 if fixed else 1), output[-3000:]
 
 

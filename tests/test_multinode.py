@@ -72,18 +72,18 @@ def armed_cmds(hostfile: Path) -> tuple[dict[str, list[str]], str]:
     return _cmds(hostfile, {"ACCELERATE_WARMUP_PATCH": "reset", "ACCELERATE_WARMUP_PATCH_STRICT": "1"})
 
 
-FACTS = {fact.runner: fact for fact in releases.runner_facts(DEEPSPEED)}
+FACTS = {fact.subject: fact for fact in releases.runner_facts(DEEPSPEED)}
 
 
 @pytest.mark.parametrize("runner", sorted(FACTS))
 def test_each_runner_carries_both_variables_to_every_node(armed_cmds, runner):
     cmds, log = armed_cmds
     fact = FACTS[runner]
-    assert fact.carries, f"{runner} of DeepSpeed {DEEPSPEED}: {fact.source}"
-    assert _carries(cmds[runner], fact.launcher, "ACCELERATE_WARMUP_PATCH", "reset"), cmds[runner]
-    assert _carries(cmds[runner], fact.launcher, "ACCELERATE_WARMUP_PATCH_STRICT", "1"), cmds[runner]
+    assert fact.value.carries, f"{runner} of DeepSpeed {DEEPSPEED}: {fact.source}"
+    assert _carries(cmds[runner], fact.value.launcher, "ACCELERATE_WARMUP_PATCH", "reset"), cmds[runner]
+    assert _carries(cmds[runner], fact.value.launcher, "ACCELERATE_WARMUP_PATCH_STRICT", "1"), cmds[runner]
     assert f"INFO: {runner} exports ACCELERATE_WARMUP_PATCH=reset, ACCELERATE_WARMUP_PATCH_STRICT=1 to every " \
-           f"node ({fact.syntax})" in log, log[-3000:]
+           f"node ({fact.value.syntax})" in log, log[-3000:]
 
 
 def test_every_runner_class_of_the_release_is_in_the_table(armed_cmds):
@@ -101,7 +101,7 @@ def test_off_is_carried_as_off_by_every_runner(hostfile):
     # On 0.15.2-0.16.4 DeepSpeed's own add_export would send '"off"' to MPI and Slurm ranks.
     cmds, _ = _cmds(hostfile, {"ACCELERATE_WARMUP_PATCH": "off"}, "--direct")
     for runner, fact in FACTS.items():
-        assert _carries(cmds[runner], fact.launcher, "ACCELERATE_WARMUP_PATCH", "off"), (runner, cmds[runner])
+        assert _carries(cmds[runner], fact.value.launcher, "ACCELERATE_WARMUP_PATCH", "off"), (runner, cmds[runner])
         assert "ACCELERATE_WARMUP_PATCH_STRICT" not in " ".join(cmds[runner])  # unset: not sent
 
 
@@ -122,7 +122,7 @@ def test_doctor_says_whether_the_multinode_launcher_carries_the_switch(mode):
     nodes = json.loads(proc.stdout)["multinode"]
     # off too: the launcher carries the kill switch (test_off_in_the_launching_shell_is_carried_to_every_node)
     assert nodes["carries"] is True, nodes
-    assert nodes["runners"] == {fact.launcher: fact.syntax for fact in FACTS.values()}
+    assert nodes["runners"] == {fact.value.launcher: fact.value.syntax for fact in FACTS.values()}
     assert mode != "off" or ("exports off" in nodes["why"] and ".deepspeed_env" in nodes["why"])
 
 
@@ -208,4 +208,4 @@ def test_off_in_the_launching_shell_is_carried_to_every_node(hostfile):
     # the activation path of the `deepspeed` command itself: the .pth, then the post-import hooks
     cmds, _ = _cmds(hostfile, {"ACCELERATE_WARMUP_PATCH": "off"})
     for runner, fact in FACTS.items():
-        assert _carries(cmds[runner], fact.launcher, "ACCELERATE_WARMUP_PATCH", "off"), (runner, cmds[runner])
+        assert _carries(cmds[runner], fact.value.launcher, "ACCELERATE_WARMUP_PATCH", "off"), (runner, cmds[runner])

@@ -46,7 +46,7 @@ SCRIPT = str(HERE / "launched.py")
 DEEPSPEED = installed("deepspeed")
 SSH_PORT, SLURM_PORT = port(ports.REAL_SSH), port(ports.REAL_SLURM)
 PORTS = itertools.count(29800)  # one rendezvous port per launch: no launch waits on another's TIME_WAIT
-FIXED = releases.start_fact("WarmupLR", DEEPSPEED).start is releases.Start.SETS_EVERY_GROUP
+FIXED = releases.start_fact("WarmupLR", DEEPSPEED).value is releases.Start.SETS_EVERY_GROUP
 WARMUP = [[0.0], [0.0], [0.0002], [0.0004]]  # WarmupLR 0 -> 1e-3 over 5 steps, steps 0-3 (launched.py)
 UNPATCHED_STEP0 = [0.0] if FIXED else [0.001]  # 0.15.2's WarmupLR leaves the optimizer's lr, the peak
 # what a rank needs besides the switch; PATH for the venv's ninja: with Debian's (1.11, on the default PATH of a

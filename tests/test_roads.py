@@ -17,7 +17,7 @@ from conftest import GOLDEN, Spec, installed, run_python, run_specs
 from accelerate_warmup_patch import releases
 
 DEEPSPEED = installed("deepspeed")
-BUGGY = releases.start_fact("WarmupLR", DEEPSPEED).start is releases.Start.LEAVES_OPTIMIZER_LR
+BUGGY = releases.start_fact("WarmupLR", DEEPSPEED).value is releases.Start.LEAVES_OPTIMIZER_LR
 
 USER_BUILT = [
     Spec(path="schedule", scheduler="WarmupLR-linear"),

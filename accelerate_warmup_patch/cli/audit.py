@@ -428,7 +428,7 @@ def _table_alone_decides(report: dict[str, Any]) -> bool:
     if releases.never_affected(scheduler):
         return True
     fact = releases.start_fact(scheduler, version)
-    return fact is not None and fact.start is releases.Start.SETS_EVERY_GROUP
+    return fact is not None and fact.value is releases.Start.SETS_EVERY_GROUP
 
 
 def _unreadable(report: dict[str, Any], why: str) -> dict[str, Any]:
@@ -464,7 +464,7 @@ def _judge(report: dict[str, Any], scheduler: str, params: dict[str, Any], versi
     groups = report["param_groups"]
     if releases.never_affected(scheduler):
         if fact is not None:
-            ran, newest = step0_lrs(fact.start, scheduler, params, report["optimizer_lr"], groups or 1)
+            ran, newest = step0_lrs(fact.value, scheduler, params, report["optimizer_lr"], groups or 1)
             report["step0_lr"], report["newest_step0_lr"] = ran[0], newest[0]
             if groups:
                 report["step0_lrs"], report["newest_step0_lrs"] = ran, newest
@@ -477,7 +477,7 @@ def _judge(report: dict[str, Any], scheduler: str, params: dict[str, Any], versi
     if level is releases.Support.UNTESTED:
         report["notes"].append(f"DeepSpeed {version} is newer than the table: assumed to run as "
                                f"{releases.NEWEST_DEEPSPEED}")
-    ran, newest = step0_lrs(fact.start, scheduler, params, report["optimizer_lr"], groups or 1)
+    ran, newest = step0_lrs(fact.value, scheduler, params, report["optimizer_lr"], groups or 1)
     report["step0_lr"], report["newest_step0_lr"] = ran[0], newest[0]
     if groups:
         report["step0_lrs"], report["newest_step0_lrs"] = ran, newest
@@ -491,7 +491,7 @@ def _judge(report: dict[str, Any], scheduler: str, params: dict[str, Any], versi
             hurt.append(f"group {index} ran step 0 at {_lr(before)}, 0.19.8 runs it at {_lr(after)}")
         elif after is None or before is None:
             unsure.append(f"group {index}'s step-0 lr is not in the file")
-    if groups is None and fact.start is releases.Start.SETS_GROUP_0_ONLY:
+    if groups is None and fact.value is releases.Start.SETS_GROUP_0_ONLY:
         unsure.append(f"{scheduler} on {version} sets group 0 only: groups 1+ ran step 0 at their own lr, 0.19.8 at "
                       "0; the file does not say how many groups there were")
     later = [c for c in _differences(scheduler, newest_version, params) if c.key == "ratio_past_warmup"]

@@ -170,7 +170,7 @@ def multinode(deepspeed: str | None, active: dict[str, Any]) -> dict[str, Any]:
         return {"carries": False, "why": "deepspeed is not installed", "runners": {}}
     level = releases.deepspeed_support(deepspeed)
     facts = releases.runner_facts(deepspeed) if level is not releases.Support.UNSUPPORTED else ()
-    runners = {f.launcher: f.syntax if f.carries else f"nothing ({f.source})" for f in facts}
+    runners = {f.value.launcher: f.value.syntax if f.value.carries else f"nothing ({f.source})" for f in facts}
     carries = False
     if level is releases.Support.UNSUPPORTED:
         why = f"DeepSpeed {deepspeed} is older than {releases.DEEPSPEED_FLOOR}: nothing is patched or exported"
@@ -259,7 +259,7 @@ def _scope(deepspeed: str, config: dict[str, Any] | None) -> tuple[str, list[str
         if fact is None:
             continue  # no such class on this release (WarmupCosineLR before 0.12.3)
         if releases.lacks("start", name, deepspeed):
-            affected.append(f"{name}, groups 1+" if fact.start is releases.Start.SETS_GROUP_0_ONLY else name)
+            affected.append(f"{name}, groups 1+" if fact.value is releases.Start.SETS_GROUP_0_ONLY else name)
             continue
         for change in config_facts.differences(name, deepspeed, params if config else None):
             backports.setdefault(config_facts.label(change), []).append(name)

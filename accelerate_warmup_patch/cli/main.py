@@ -64,9 +64,12 @@ ds_config saved as a path is read when absolute, or relative under --config-root
 
 PYTHON_FLAGS = ("the job's own interpreter flags, as one word with '=' (--python-flags=-S, --python-flags='-X dev'): "
                 "the answer is for `python FLAGS train.py`, asked of such an interpreter")
-# The interpreter's own options (CPython's Python/getopt.c and its -h, 3.9 to 3.13, each run). The answer's child
-# appends `-c CODE` to the job's flags, so every flag must end where its value ends: a value-taking letter
-# without its value would take -c as that value, and -c or -m among grouped letters would run something else.
+# Why this module knows CPython's option grammar: the answer for `python FLAGS train.py` comes from a child run
+# as `python FLAGS -c CODE`. A letter that takes a value but lacks it would take our -c as its value, and -c or -m
+# inside a group of letters would run something else; either way the child answers for another program, and a
+# false "not armed" with exit status 0 is what the user would read. So each flag must end where its value ends,
+# and a letter this Python does not have is named here rather than in the child's usage error. The grammar is
+# the interpreter's own (Python/getopt.c and its -h, 3.9 to 3.13, each run); -P, added in 3.11, is its one change.
 _PLAIN = "bBdEiIOqRsStuvx" + ("P" if sys.version_info >= (3, 11) else "")  # -P: Python 3.11
 _TAKES_VALUE = {"X": "-X dev", "W": "-W error"}
 _REFUSED = {"c": "-c runs code of its own instead of the script", "m": "-m runs a module instead of the script",

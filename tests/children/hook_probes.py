@@ -10,8 +10,11 @@ import json
 import sys
 from typing import Any
 
-# the modules the patch waits for, as status() names them
-WAITS_FOR = ["deepspeed", "deepspeed.launcher.multinode_runner"]
+
+def waits_for() -> list[str]:
+    """The modules the patch waits for (the package's WAITS_FOR), read from the package the probe has imported:
+    importing it here would arm it."""
+    return list(sys.modules["accelerate_warmup_patch"].WAITS_FOR)
 
 
 def finders() -> list[Any]:
@@ -31,7 +34,7 @@ def finder_leaves_once_nothing_is_pending() -> None:
     import deepspeed  # noqa: F401
 
     during = len(finders())
-    for name in WAITS_FOR:
+    for name in waits_for():
         importlib.import_module(name)
     import accelerate_warmup_patch as awp
 

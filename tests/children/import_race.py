@@ -1,5 +1,5 @@
 """Imports of deepspeed and accelerate in two threads and the API in a third, one of them held inside
-the package's _sweep: ``import_race.py WHERE CALLS`` (tests/test_hooks.py)."""
+the package's sweep: ``import_race.py WHERE CALLS`` (tests/test_hooks.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from types import FrameType
 from typing import Any
 
 import accelerate_warmup_patch as awp
-from accelerate_warmup_patch import wrapping
+from accelerate_warmup_patch.state import STATE
 
-API_LOCK = wrapping.lock  # the seam: which thread holds apply()'s lock
+API_LOCK = STATE.lock  # the seam: which thread holds apply()'s lock
 WHERE, CALLS = sys.argv[1], sys.argv[2].split(",")
 held, release, go = threading.Event(), threading.Event(), threading.Event()
 imports_left, count_lock = [2], threading.Lock()
@@ -31,7 +31,7 @@ logging.getLogger("accelerate_warmup_patch").addHandler(Collect())
 def sweep_caller(frame: FrameType | None) -> str | None:
     while frame is not None and frame.f_code.co_name in ("<listcomp>", "<genexpr>"):
         frame = frame.f_back
-    if frame is None or frame.f_code.co_name != "_sweep":
+    if frame is None or frame.f_code.co_name != "sweep":
         return None
     caller, names = frame.f_back, []
     assert caller is not None

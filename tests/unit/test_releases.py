@@ -33,27 +33,27 @@ UNTESTED = "0.20.0"  # newer than the table: the newest row is assumed to hold
 ])
 def test_the_start_each_class_has_on_each_release(scheduler: str, version: str, start: Start | None) -> None:
     fact = releases.start_fact(scheduler, version)
-    assert (fact.start if fact is not None else None) is start
+    assert (fact.value if fact is not None else None) is start
 
 
-@pytest.mark.parametrize("row", releases.SCHEDULER_STARTS, ids=lambda f: f"{f.scheduler}-{f.span}")
-def test_each_start_row_holds_from_its_first_release_to_its_last_and_no_further(row: releases.StartFact) -> None:
-    assert releases.start_fact(row.scheduler, row.span.first) == row
+@pytest.mark.parametrize("row", releases.SCHEDULER_STARTS, ids=lambda f: f"{f.subject}-{f.span}")
+def test_each_start_row_holds_from_its_first_release_to_its_last_and_no_further(row: releases.Fact[releases.Start]) -> None:
+    assert releases.start_fact(row.subject, row.span.first) == row
     before = list(releases.parse(row.span.first))
     before[-1] -= 1
     if before[-1] >= 0:  # x.y.0 has no x.y.-1: the edge below it is the previous minor's, tested above
-        assert releases.start_fact(row.scheduler, ".".join(map(str, before))) != row
+        assert releases.start_fact(row.subject, ".".join(map(str, before))) != row
     if row.span.last is not None:
-        assert releases.start_fact(row.scheduler, row.span.last) == row
+        assert releases.start_fact(row.subject, row.span.last) == row
         after = list(releases.parse(row.span.last))
         after[-1] += 1
-        assert releases.start_fact(row.scheduler, ".".join(map(str, after))) != row
+        assert releases.start_fact(row.subject, ".".join(map(str, after))) != row
     assert row.source, "every row names where its fact came from"
 
 
 def test_each_class_has_one_row_per_release_from_its_first_on() -> None:
     for scheduler in releases.scheduler_classes():
-        rows = sorted((f for f in releases.SCHEDULER_STARTS if f.scheduler == scheduler),
+        rows = sorted((f for f in releases.SCHEDULER_STARTS if f.subject == scheduler),
                       key=lambda f: releases.parse(f.span.first))
         for earlier, later in zip(rows, rows[1:]):
             assert earlier.span.last is not None
@@ -251,7 +251,7 @@ def test_each_runners_fact_on_each_release(runner: str, version: str, launcher: 
                                            shell: bool) -> None:
     fact = releases.runner_fact(runner, version)
     assert fact is not None
-    assert (fact.launcher, fact.carries, fact.remote_shell) == (launcher, carries, shell)
+    assert (fact.value.launcher, fact.value.carries, fact.value.remote_shell) == (launcher, carries, shell)
 
 
 @pytest.mark.parametrize(("runner", "version"), [("IMPIRunner", "0.9.2"), ("PDSHRunner", "0.8.9"),
@@ -262,9 +262,9 @@ def test_a_runner_the_release_lacks_has_no_fact(runner: str, version: str) -> No
 
 def test_an_untested_release_has_the_newest_releases_runners() -> None:
     assert releases.runner_facts(UNTESTED) == releases.runner_facts(releases.NEWEST_DEEPSPEED)
-    assert {f.launcher for f in releases.runner_facts("0.19.8")} == {"pdsh", "openmpi", "mpich", "impi", "slurm",
+    assert {f.value.launcher for f in releases.runner_facts("0.19.8")} == {"pdsh", "openmpi", "mpich", "impi", "slurm",
                                                                      "mvapich"}
-    assert {f.launcher for f in releases.runner_facts("0.9.0")} == {"pdsh", "openmpi", "mpich", "slurm", "mvapich"}
+    assert {f.value.launcher for f in releases.runner_facts("0.9.0")} == {"pdsh", "openmpi", "mpich", "slurm", "mvapich"}
 
 
 def test_installed_asks_the_imported_module_first(deepspeed_release: Callable[[str], None]) -> None:
