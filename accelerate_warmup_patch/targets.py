@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from types import ModuleType
 
-from . import backport, failures, launcher, log, nets, releases, schedules, wrapping
+from . import backport, failures, launcher, log, marks, nets, releases, schedules, wrapping
 from .settings import Mode
 
 
@@ -33,6 +33,8 @@ def patch_deepspeed(module: ModuleType) -> None:
         wrapping.wrap(cls, method, backport.WRAPPERS[method](vars(cls)[method], version))
     wrapping.wrap(module, "initialize", nets.initialize_wrapper)
     wrapping.wrap(engine_class, "load_checkpoint", nets.load_checkpoint_wrapper(vars(engine_class)["load_checkpoint"]))
+    # the record beside each checkpoint, of what the patch did about step 0 (marks.py)
+    wrapping.wrap(engine_class, "save_checkpoint", marks.save_checkpoint_wrapper(vars(engine_class)["save_checkpoint"]))
     if wrapping.mode == Mode.STEP:  # the one per-step net, where it acts (apply("step") later adds it)
         _wrap_optimizer_step(engine_class, version)
 

@@ -84,6 +84,7 @@ class _State:
     fixes: int = 0
     would_fix: int = 0  # warn mode: the schedulers reset mode would have changed
     not_fixed: list[str] = field(default_factory=list)  # one line per scheduler the patch had to leave wrong
+    step0: dict[int, Any] = field(default_factory=dict)  # id(scheduler) -> marks.Step0, until it dies: the record
 
 
 state = _State()
