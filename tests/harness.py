@@ -92,6 +92,8 @@ class Spec:
     fp16: bool = False
     overflow_steps: int = 0
     fused_adam: bool = False  # DeepSpeed's FusedAdam (a CPU op it compiles) instead of torch's Adam
+    # saved with the checkpoint (deepspeed path, save_to); a resume (resume_from) reports what load_checkpoint returned
+    client_state: dict[str, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -153,11 +155,10 @@ def run_deepspeed(spec: Spec) -> list[list[float | None]]:
     if spec.torch_scheduler:
         kwargs["lr_scheduler"] = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda k: (k + 1) / 4)
     if spec.save_to:
-        kwargs["after"] = lambda engine: engine.save_checkpoint(spec.save_to, tag="ckpt")
+        saved = {} if spec.client_state is None else {"client_state": spec.client_state}
+        kwargs["after"] = lambda engine: engine.save_checkpoint(spec.save_to, tag="ckpt", **saved)
     if spec.resume_from:
-        kwargs["before"] = lambda engine: engine.load_checkpoint(
-            spec.resume_from, tag="ckpt", load_optimizer_states=spec.load_optimizer_states,
-            load_lr_scheduler_states=spec.load_lr_scheduler_states)
+        kwargs["before"] = lambda engine: _load(spec, engine)
     if spec.user_steps:
         kwargs["before"] = lambda engine: _user_steps(spec, engine.lr_scheduler)
     if spec.road == "client":
@@ -180,6 +181,17 @@ def run_deepspeed(spec: Spec) -> list[list[float | None]]:
     if spec.road == "early-bound":
         kwargs["initialize"] = _EARLY_BOUND[0]
     return demo.train_deepspeed(config, model, params, spec.steps, **kwargs)
+
+
+# what the last load_checkpoint returned as the user's client_state (main() reports it with its run)
+LOADED: dict[str, Any] = {}
+
+
+def _load(spec: Spec, engine: Any) -> None:
+    path, client_state = engine.load_checkpoint(
+        spec.resume_from, tag="ckpt", load_optimizer_states=spec.load_optimizer_states,
+        load_lr_scheduler_states=spec.load_lr_scheduler_states)
+    LOADED["client_state"] = client_state
 
 
 def _user_steps(spec: Spec, scheduler: Any) -> None:
@@ -227,6 +239,8 @@ def run_accelerate(spec: Spec) -> list[list[float | None]]:
     optimizer = DummyOptim(params, lr=spec.groups[0])
     scheduler = DummyScheduler(optimizer)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    if spec.resume_from:
+        accelerator.load_state(spec.resume_from)  # the engine's load_checkpoint
     if spec.patch == "after":
         _import_patch(spec)
     _user_steps(spec, model.lr_scheduler)  # the engine's scheduler (accelerate's wrapper's step() does nothing)
@@ -437,6 +451,9 @@ def main(argv: list[str]) -> int:
     for text in argv:
         spec = Spec(**json.loads(text))
         results.append({"spec": asdict(spec), "key": spec.key, "lrs": run(spec)})
+        if "client_state" in LOADED:  # each key's value as repr (DeepSpeed's own keys hold torch.Size)
+            loaded = LOADED.pop("client_state")
+            results[-1]["client_state"] = None if loaded is None else {str(k): repr(v) for k, v in loaded.items()}
     modules = sorted(m for m in ("accelerate_warmup_patch", "wrapt")
                      if m in sys.modules)
     status = None
