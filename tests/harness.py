@@ -188,7 +188,7 @@ LOADED: dict[str, Any] = {}
 
 
 def _load(spec: Spec, engine: Any) -> None:
-    path, client_state = engine.load_checkpoint(
+    _, client_state = engine.load_checkpoint(
         spec.resume_from, tag="ckpt", load_optimizer_states=spec.load_optimizer_states,
         load_lr_scheduler_states=spec.load_lr_scheduler_states)
     LOADED["client_state"] = client_state

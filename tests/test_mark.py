@@ -141,7 +141,7 @@ def test_a_resumed_run_records_that_step_0_ran_in_an_earlier_process(saved):
 
 @pytest.mark.parametrize("armed", ["unarmed", "armed"])
 def test_a_marked_checkpoint_resumes_with_the_lrs_and_client_state_of_its_unmarked_twin(saved, armed):
-    root, runs = saved
+    _, runs = saved
     results = runs[armed].data["results"]
     status = runs[armed].data["status"]
     assert (status or {}).get("mode", "off") == ("reset" if armed == "armed" else "off"), status
