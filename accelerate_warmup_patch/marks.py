@@ -72,9 +72,12 @@ def lrs(values: list[Any]) -> list[float]:
     return [schedules.lr_value(v) for v in values]
 
 
-def group_lrs(scheduler: Any) -> list[float]:
-    """The lrs its optimizer's groups hold now."""
-    return lrs([g["lr"] for g in scheduler.optimizer.param_groups])
+def group_lrs(scheduler: Any) -> list[float] | None:
+    """The lrs its optimizer's groups hold now; None where they cannot be read (a scheduler the patch failed on)."""
+    try:
+        return lrs([g["lr"] for g in scheduler.optimizer.param_groups])
+    except Exception:
+        return None
 
 
 def resumed(engine: Any) -> None:

@@ -62,7 +62,9 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
     """Every run of SAVES trained and saved under one folder (one process); each marked one copied without its
     record; the resumed runs' results, unarmed and armed (two processes); the armed one also saves a resumed run."""
     root = tmp_path_factory.mktemp("mark")
-    ran = run_specs(*(replace(spec, save_to=str(root / name)) for name, spec in SAVES.items()))
+    (root / "blocked" / "ckpt" / RECORD).mkdir(parents=True)  # a folder where the record goes: it cannot be written
+    ran = run_specs(*(replace(spec, save_to=str(root / name)) for name, spec in SAVES.items()),
+                    Spec(steps=1, patch="before", mode="reset", save_to=str(root / "blocked")))
     for name in RESUMES:
         shutil.copytree(root / name, root / f"{name}-unmarked")
         (root / f"{name}-unmarked" / TAG.get(name, "ckpt") / RECORD).unlink()
@@ -135,6 +137,16 @@ def test_a_resumed_run_records_that_step_0_ran_in_an_earlier_process(saved):
     scheduler = _record(root, "resumed")["scheduler"]
     assert scheduler["step0"] == "earlier-process" and scheduler["lrs_before"] is scheduler["lrs_after"] is None
     assert _record(root, "resumed")["global_steps"] == 5
+
+
+def test_a_record_that_cannot_be_written_is_one_warning_and_the_checkpoint_stands(saved):
+    root, runs = saved
+    assert runs["saved"].stderr.count("writing the patch's record beside the checkpoint failed") == 1
+    assert "the checkpoint is saved without it" in runs["saved"].stderr
+    tag = root / "blocked" / "ckpt"
+    assert (tag / "mp_rank_00_model_states.pt").is_file() and (tag / RECORD).is_dir()
+    assert (root / "blocked" / "latest").read_text() == "ckpt"
+    assert sorted(p.name for p in tag.iterdir() if p.name.startswith(f".{RECORD}")) == []  # no temporary file left
 
 
 # Loading: a marked checkpoint as an unmarked one ----------------------------------------------------------------
