@@ -64,7 +64,9 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
     root = tmp_path_factory.mktemp("mark")
     (root / "blocked" / "ckpt" / RECORD).mkdir(parents=True)  # a folder where the record goes: it cannot be written
     ran = run_specs(*(replace(spec, save_to=str(root / name)) for name, spec in SAVES.items()),
-                    Spec(steps=1, patch="before", mode="reset", save_to=str(root / "blocked")))
+                    Spec(steps=1, patch="before", mode="reset", save_to=str(root / "blocked")),
+                    Spec(steps=1, scheduler="none", patch="before", mode="reset", save_to=str(root / "no-scheduler")),
+                    Spec(steps=1, torch_scheduler=True, patch="before", mode="reset", save_to=str(root / "torch")))
     for name in RESUMES:
         shutil.copytree(root / name, root / f"{name}-unmarked")
         (root / f"{name}-unmarked" / TAG.get(name, "ckpt") / RECORD).unlink()
@@ -137,6 +139,14 @@ def test_a_resumed_run_records_that_step_0_ran_in_an_earlier_process(saved):
     scheduler = _record(root, "resumed")["scheduler"]
     assert scheduler["step0"] == "earlier-process" and scheduler["lrs_before"] is scheduler["lrs_after"] is None
     assert _record(root, "resumed")["global_steps"] == 5
+
+
+def test_an_engine_without_a_scheduler_or_with_a_torch_one_is_recorded_as_such(saved):
+    root, _ = saved
+    assert _record(root, "no-scheduler")["scheduler"] is None
+    assert _record(root, "torch")["scheduler"] | {"why": ""} == {
+        "class": "torch.optim.lr_scheduler.LambdaLR", "step0": "unknown", "lrs_before": None, "lrs_after": None,
+        "why": ""}
 
 
 def test_a_record_that_cannot_be_written_is_one_warning_and_the_checkpoint_stands(saved):
