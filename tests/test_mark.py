@@ -69,7 +69,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
                     Spec(steps=1, torch_scheduler=True, patch="before", mode="reset", save_to=str(root / "torch")))
     for name in RESUMES:
         shutil.copytree(root / name, root / f"{name}-unmarked")
-        (root / f"{name}-unmarked" / TAG.get(name, "ckpt") / RECORD).unlink()
+        (root / f"{name}-unmarked" / TAG.get(name, "ckpt") / RECORD).unlink(missing_ok=True)  # asserted below
     again = Spec(steps=2, resume_from=str(root / "reset"), save_to=str(root / "resumed"))
     unarmed = run_specs(*_resumes(root))
     armed = run_specs(*_resumes(root), again, env={"ACCELERATE_WARMUP_PATCH": "reset"})
