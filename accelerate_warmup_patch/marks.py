@@ -108,7 +108,8 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
                 bound = signature.bind(instance, *args, **kwargs)
                 bound.apply_defaults()
                 tag = bound.arguments["tag"]
-                # the tag the original used: its default is "global_step{global_steps}" on every release of the table
+                # the tag the original used: with none given, f"global_step{self.global_steps}" (engine.py's
+                # save_checkpoint @ v0.9.0, v0.14.4, v0.15.2, v0.19.8; it does not move global_steps)
                 folder = os.path.join(bound.arguments["save_dir"],
                                       f"global_step{instance.global_steps}" if tag is None else str(tag))
                 write(folder, record(instance, mode))
@@ -122,7 +123,8 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _global_rank(engine: Any) -> int:
-    """The engine's global rank (set when it was built), else torch.distributed's, else 0."""
+    """The engine's global rank (``dist.get_rank()``, set when it was built: engine.py @ v0.9.0..v0.19.8), else
+    torch.distributed's, else 0."""
     rank = getattr(engine, "global_rank", None)
     if isinstance(rank, int):
         return rank
