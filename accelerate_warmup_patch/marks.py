@@ -88,6 +88,7 @@ def resumed(engine: Any) -> None:
 
 
 def earlier_process(scheduler: Any, how: str) -> Step0:
+    """A scheduler past step 0 when the patch saw it (``how``): its step 0 ran in an earlier process."""
     return Step0(EARLIER_PROCESS, None, None, f"{how} at iteration {getattr(scheduler, 'last_batch_iteration', '?')}: "
                  "its optimizer step 0 ran in an earlier process")
 
@@ -103,8 +104,10 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
         result = wrapped(*args, **kwargs)
         mode = wrapping.mode
-        if mode is not None and instance is not None and _global_rank(instance) == 0:
+        if mode is not None and instance is not None:
             try:
+                if _global_rank(instance) != 0:
+                    return result
                 bound = signature.bind(instance, *args, **kwargs)
                 bound.apply_defaults()
                 tag = bound.arguments["tag"]
