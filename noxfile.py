@@ -1,7 +1,8 @@
 """Sessions for CI and developers; the releases they install come from tests/tiers.py and tests/eras.py.
 
-    nox --parallel 2 -s ci      what .ci/run runs: every session CI needs, two at a time (CI_SESSIONS below)
-    nox --parallel 2 -s quick   lint and the core promises on one buggy and one fixed release (about 3 min)
+    nox --parallel 2 -s ci      every session CI needs, two at a time (CI_SESSIONS below; .ci/run runs them too)
+    nox --parallel 2 -s quick   lint, the unit tier, the core promises on a buggy and a fixed release (about 3 min)
+    nox -s unit                 the unit tier: pure logic, neither torch nor DeepSpeed installed (seconds)
     nox -s demo [-- 0.14.4]     `accelerate-warmup-patch demo` in a venv, on a buggy DeepSpeed release by default
     nox -s matrix_era           each DeepSpeed minor on the stack of its month (tests/eras.py)
 
@@ -60,6 +61,13 @@ def _install_stack(session: nox.Session, deepspeed: str, accelerate: str = tiers
                     f"deepspeed=={deepspeed}", *_accelerate_pins(accelerate))
     session.install(*this.split())
     _own_op_folder(session)
+    _require_deepspeed(session)
+
+
+def _require_deepspeed(session: nox.Session) -> None:
+    """In a session that installs DeepSpeed, a test module that needs it errors instead of skipping
+    (tests/conftest.py's ``installed``): a broken install must never pass as a run of skips."""
+    session.env["AWP_REQUIRE_DEEPSPEED"] = "1"
 
 
 def _own_op_folder(session: nox.Session) -> None:
@@ -80,7 +88,8 @@ def _own_op_folder(session: nox.Session) -> None:
 def _own_ports(session: nox.Session, kind: str, index: int = 0) -> None:
     """A block of ports for this session's launches and servers (tests/ports.py), apart from any other
     session's, so that sessions running side by side never take each other's ports."""
-    first_block = {"tests": 0, "quick": 4, "launchers": 8, "matrix_engine": 12, "upstream_suite": 60}[kind]
+    first_block = {"tests": 0, "quick": 4, "launchers": 8, "matrix_engine": 12, "upstream_suite": 60,
+                   "newest": 62}[kind]
     session.env["AWP_PORT_BASE"] = str(20000 + ports.PORTS * (first_block + index))
 
 
@@ -91,21 +100,33 @@ def _accelerate_pins(accelerate: str) -> list[str]:
 
 
 @nox.session(python="3.11")
+def unit(session: nox.Session) -> None:
+    """The unit tier (tests/unit): the guard table, the environment's value rules, the launchers' quoting and the
+    other pure logic, in one interpreter with neither torch nor DeepSpeed installed (seconds)."""
+    session.install("pytest", "-e", ".")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/unit", *session.posargs)
+
+
+@nox.session(python="3.11")
 @nox.parametrize("deepspeed", list(tiers.TEST_DEEPSPEED))
 def tests(session: nox.Session, deepspeed: str) -> None:
     """The suite on real CPU engines with one DeepSpeed release."""
     _install_stack(session, deepspeed)
     _own_ports(session, "tests", tiers.TEST_DEEPSPEED.index(deepspeed))
     session.install("pytest", "matplotlib")
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "--durations=8", *session.posargs,
+    # the machinery's modules run on the buggy release alone (tiers.ONE_RELEASE_TESTS says why, per module);
+    # files named after `--` run as named
+    once = [] if session.posargs or deepspeed == tiers.TEST_DEEPSPEED[0] else \
+        [f"--ignore={module}" for module in tiers.ONE_RELEASE_TESTS]
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "--durations=8", *once, *session.posargs,
                 env={"PYTHONUNBUFFERED": "1"})
 
 
-@nox.session(python="3.11", requires=["lint"])
+@nox.session(python="3.11", requires=["lint", "unit"])
 @nox.parametrize("deepspeed", list(tiers.TEST_DEEPSPEED))
 def quick(session: nox.Session, deepspeed: str) -> None:
-    """The contributor's check, in minutes: lint, then the core promises (tiers.QUICK_TESTS) on real CPU
-    engines of one buggy and one fixed release. Left to .ci/run: the rest of the suite (start-up activation,
+    """The contributor's check, in minutes: lint and the unit tier, then the core promises (tiers.QUICK_TESTS) on
+    real CPU engines of one buggy and one fixed release. Left to .ci/run: the rest of the suite (start-up activation,
     launchers, roads, the CLI), the real MPI and Slurm launches, the version matrix and the built wheel."""
     _install_stack(session, deepspeed)
     _own_ports(session, "quick", tiers.TEST_DEEPSPEED.index(deepspeed))
@@ -191,6 +212,7 @@ def matrix_scheduler(session: nox.Session, deepspeed: str) -> None:
     session.install("--no-build-isolation-package", "deepspeed", f"torch=={tiers.SCHEDULER_TIER_TORCH}",
                     "numpy<2", f"deepspeed=={deepspeed}", *extras)
     session.install("-e", ".")
+    _require_deepspeed(session)
     _matrix_run(session, "scheduler")
 
 
@@ -208,6 +230,7 @@ def _install_era(session: nox.Session, era: eras.Era) -> None:
         session.install(pin)
     session.install("--no-deps", "-e", ".")  # its dependencies are the era's (above)
     _own_op_folder(session)
+    _require_deepspeed(session)
 
 
 def _interpreter(version: str) -> str:
@@ -245,11 +268,12 @@ CI_MATRIX = ([f"matrix_engine(deepspeed='{v}')" for v in tiers.CI_ENGINE[0::2] +
              + ["ci_accelerate"]
              + [f"matrix_scheduler(deepspeed='{v}')" for v in tiers.CI_SCHEDULER]
              + [f"matrix_era({era})" for era in eras.CI_ERAS])
-# Everything .ci/run runs, longest first, so that two at a time (`nox --parallel 2 -s ci`) end together
+# Everything .ci/run runs (.ci/sessions.py), longest first, so that two at a time end together
 # (each session's time on a new machine: CONTRIBUTING.md). The demo is the README's own command: it runs
 # here so that a fresh machine proves it (it compiles no DeepSpeed op: docs/doctor.md, "demo").
 CI_SESSIONS = [*(f"tests(deepspeed='{v}')" for v in tiers.TEST_DEEPSPEED),
-               *(f"launchers(deepspeed='{v}')" for v in tiers.CI_LAUNCHERS), *CI_MATRIX, "package", "demo", "lint"]
+               *(f"launchers(deepspeed='{v}')" for v in tiers.CI_LAUNCHERS), *CI_MATRIX, "package", "demo", "lint",
+               "unit"]
 
 
 @nox.session(python=False, requires=CI_MATRIX)
@@ -259,7 +283,8 @@ def ci_matrix(session: nox.Session) -> None:
 
 @nox.session(python=False, requires=CI_SESSIONS)
 def ci(session: nox.Session) -> None:
-    """What .ci/run runs: `nox --parallel 2 -s ci` (the sessions it requires; nothing of its own)."""
+    """Every session CI needs: `nox --parallel 2 -s ci` (the sessions it requires; nothing of its own). .ci/run runs
+    the same sessions through .ci/sessions.py, which prints their progress as it happens."""
 
 
 @nox.session(python="3.11")
@@ -271,6 +296,78 @@ def new_release(session: nox.Session) -> None:
     _install_stack(session, session.posargs[0])
     session.install("pytest")
     session.run("python", "tests/matrix.py", "engine", "--suggest")
+
+
+# What `nox -s newest` installs the newest of, in this order (each resolved with the ones before it)
+NEWEST_OF = ("deepspeed", "accelerate", "transformers")
+
+
+def _registry_versions(name: str) -> list[str]:
+    """The releases of ``name`` the registry offers, newest first (pip's own client: `pip index versions`)."""
+    out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", name], capture_output=True, text=True,
+                         check=False).stdout
+    listed = next((line for line in out.splitlines() if line.startswith("Available versions:")), "")
+    return [v.strip() for v in listed.partition(":")[2].split(",") if v.strip()]
+
+
+def _installable(session: nox.Session, pins: list[str]) -> tuple[bool, str]:
+    """Whether uv can resolve ``pins`` into the session's venv (a dry run), and uv's reason when it cannot."""
+    proc = subprocess.run(["uv", "pip", "install", "--dry-run", "--python", str(Path(session.bin, "python")),
+                           *_find_links(), "--no-build-isolation-package", "deepspeed", *pins],
+                          capture_output=True, text=True, check=False)
+    reason = [line.strip() for line in proc.stderr.splitlines() if "Because" in line or "cause:" in line]
+    return proc.returncode == 0, (reason[0] if reason else proc.stderr.strip()[-300:])
+
+
+@nox.session(python="3.11")
+def newest(session: nox.Session) -> None:
+    """`nox -s newest`: the newest DeepSpeed, accelerate and transformers the registry offers (for each it cannot
+    install, the newest it can, and why), then the engine tier, the accelerate tier and the Trainer's and
+    accelerate's roads on them, and DeepSpeed's lr_schedules.py and optimizer-step method against the table's
+    newest release (tests/newest.py). Minutes; needs the registry; not in CI: a new release must not fail a
+    submission. CONTRIBUTING.md says when to run it."""
+    links = _find_links()
+    session.install(*links, f"torch=={tiers.TEST_TORCH}", "numpy", "setuptools")
+    pins = [f"torch=={tiers.TEST_TORCH}"]
+    notes = []
+    for name in NEWEST_OF:
+        offered = _registry_versions(name)
+        if not offered:
+            session.error(f"the registry lists no release of {name} (pip index versions {name})")
+        for version in offered[:10]:
+            ok, reason = _installable(session, [*pins, f"{name}=={version}"])
+            if ok:
+                break
+            notes.append(f"{name} {version} is on the registry but cannot be installed: {reason}")
+        else:
+            session.error(f"none of the newest 10 releases of {name} can be installed: {notes[-1]}")
+        if version != offered[0]:
+            notes.append(f"{name}: the newest installable release, {version}, is used instead of {offered[0]}")
+        pins.append(f"{name}=={version}")
+    session.install(*links, "--no-build-isolation-package", "deepspeed", *pins)
+    session.install("-e", ".", "pytest")
+    _own_op_folder(session)
+    _own_ports(session, "newest")
+    reference = Path(session.create_tmp(), "reference")
+    session.run(sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"deepspeed=={releases.NEWEST_DEEPSPEED}",
+                "-d", str(reference), external=True)
+    failed = []
+    for what, command in [
+            ("engine tier", ["python", "tests/matrix.py", "engine"]),
+            ("accelerate tier", ["python", "tests/matrix.py", "accelerate"]),
+            ("the Trainer's and accelerate's roads", ["pytest", "-q", "-p", "no:cacheprovider", "tests/test_core.py",
+                                                       "tests/test_training.py", "-k", "trainer or accelerate"])]:
+        try:
+            session.run(*command, env={"PYTHONUNBUFFERED": "1"})
+        except nox.command.CommandFailed:
+            failed.append(what)
+    session.run("python", "tests/newest.py", str(next(reference.glob("deepspeed-*"))))
+    session.log("newest: installed " + ", ".join(pins[1:]))
+    for note in notes:
+        session.log(f"newest: {note}")
+    if failed:
+        session.error(f"newest: failed on {', '.join(pins[1:])}: {', '.join(failed)}")
+    session.log(f"newest: the engine tier, the accelerate tier and the roads pass on {', '.join(pins[1:])}")
 
 
 @nox.session(python="3.11")
@@ -289,13 +386,18 @@ def upstream_suite(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
-    """ruff, mypy, and the README's support table regenerated from the guard table."""
+    """ruff, mypy, the README's support table regenerated from the guard table, and the share of test lines inside
+    string literals."""
     # mypy checks the lowest supported Python (pyproject: python_version): mypy 1.19 dropped 3.9, and
     # wrapt 2.x's own stubs declare nothing below 3.10, so wrapt is 1.x here (untyped: Any)
-    session.install("ruff", "mypy<1.19", "wrapt<2", "-e", ".")
-    session.run("ruff", "check", "accelerate_warmup_patch", "tests", "noxfile.py", "benchmarks")
+    session.install("ruff", "mypy<1.19", "wrapt<2", "pytest", "-e", ".")  # pytest: the unit tier's types
+    session.run("ruff", "check", "accelerate_warmup_patch", "tests", "noxfile.py", "benchmarks", ".ci")
     session.run("mypy")
+    # the scripts the tests' child interpreters run, the unit tier and the checker below, on the tests' Python
+    # (pytest and its dependencies no longer parse as 3.9)
+    session.run("mypy", "--python-version", "3.11", "tests/children", "tests/unit", "tests/string_lines.py")
     session.run("python", "tests/tables.py", "--check")
+    session.run("python", "tests/string_lines.py")  # child scripts are files, not strings (under 5 % of lines)
 
 
 @nox.session(python="3.11")

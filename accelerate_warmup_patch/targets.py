@@ -6,6 +6,7 @@ deepspeed.__version__, which decides what is wrapped, set). Below a table's floo
 that is said once; above its newest release, that is said once too. Nothing runs on a steady optimizer step
 unless it acts there: the scheduler methods a release lacks a formula of (``releases.methods_to_fix``), and
 step mode's net; accelerate's own code is not wrapped (it builds its engine through ``deepspeed.initialize``).
+What is wrapped on which release and in which mode is ``releases.WRAPPED``; here is how each row is wrapped.
 """
 
 from __future__ import annotations
@@ -26,20 +27,34 @@ def patch_deepspeed(module: ModuleType) -> None:
                       releases.NEWEST_DEEPSPEED, "nothing is patched",
                       "; it has every change the patch backports, so only step mode acts"):
         return
-    lr_schedules = sys.modules[schedules.SCHEDULES_MODULE]  # deepspeed/__init__.py imported both
-    engine_class = sys.modules["deepspeed.runtime.engine"].DeepSpeedEngine
+    engine_class = sys.modules["deepspeed.runtime.engine"].DeepSpeedEngine  # deepspeed/__init__.py imported it
+    # releases.WRAPPED's rows for this release and mode. Step mode's net, the one per-step net, is a row of step mode
+    # alone, so it is wrapped only where it acts (a later apply("step") runs this again and adds it).
+    for row in releases.wrapped(version, wrapping.mode or Mode.OFF):
+        _WRAPS[row.target](module, engine_class, version)
+
+
+def _wrap_scheduler_methods(deepspeed: ModuleType, engine_class: type, version: str) -> None:
+    lr_schedules = sys.modules[schedules.SCHEDULES_MODULE]  # deepspeed/__init__.py imported it
     for class_name, method in releases.methods_to_fix(version):  # the fix: backport.py
         cls = getattr(lr_schedules, class_name)
         wrapping.wrap(cls, method, backport.WRAPPERS[method](vars(cls)[method], version))
-    wrapping.wrap(module, "initialize", nets.initialize_wrapper)
+
+
+def _wrap_initialize(deepspeed: ModuleType, engine_class: type, version: str) -> None:
+    wrapping.wrap(deepspeed, "initialize", nets.initialize_wrapper)
+
+
+def _wrap_load_checkpoint(deepspeed: ModuleType, engine_class: type, version: str) -> None:
     wrapping.wrap(engine_class, "load_checkpoint", nets.load_checkpoint_wrapper(vars(engine_class)["load_checkpoint"]))
-    # the record beside each checkpoint, of what the patch did about step 0 (marks.py)
+
+
+def _wrap_save_checkpoint(deepspeed: ModuleType, engine_class: type, version: str) -> None:
+    """The record beside each checkpoint, of what the patch did about step 0 (marks.py, docs/mark.md)."""
     wrapping.wrap(engine_class, "save_checkpoint", marks.save_checkpoint_wrapper(vars(engine_class)["save_checkpoint"]))
-    if wrapping.mode == Mode.STEP:  # the one per-step net, where it acts (apply("step") later adds it)
-        _wrap_optimizer_step(engine_class, version)
 
 
-def _wrap_optimizer_step(engine_class: type, version: str) -> None:
+def _wrap_optimizer_step(deepspeed: ModuleType, engine_class: type, version: str) -> None:
     optimizer_step = releases.optimizer_step_method(version)
     if optimizer_step is not None and optimizer_step in vars(engine_class):
         wrapping.wrap(engine_class, optimizer_step, nets.optimizer_step_wrapper)
@@ -61,6 +76,15 @@ def _supported(key: str, framework: str, version: str, level: releases.Support, 
                       framework, version, newest, untested)
     return True
 
+
+# releases.WRAPPED's rows that deepspeed's import wraps -> how (a row without one raises KeyError: a test checks)
+_WRAPS: dict[str, Callable[[ModuleType, type, str], None]] = {
+    releases.SCHEDULER_METHODS: _wrap_scheduler_methods,
+    "deepspeed.initialize": _wrap_initialize,
+    "DeepSpeedEngine.load_checkpoint": _wrap_load_checkpoint,
+    "DeepSpeedEngine.save_checkpoint": _wrap_save_checkpoint,
+    "DeepSpeedEngine._take_model_step": _wrap_optimizer_step,
+}
 
 # module name -> what patches it, right after its import; api.py calls it, undoes and reports what it raises
 # (api.WAITS_FOR names the same modules, without loading this one)

@@ -1,4 +1,8 @@
-"""Shared helpers: run the harness in a fresh interpreter and read its results."""
+"""Shared helpers: run the harness in a fresh interpreter and read its results.
+
+The harness (real engines) is imported on first use of one of its names here, not when pytest loads this file:
+``pytest tests/unit`` loads it too, in a venv with neither torch nor DeepSpeed.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,26 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
+CHILDREN = HERE / "children"
 
-from harness import GOLDEN, Ran, Spec, run_specs  # noqa: E402,F401
+_FROM_HARNESS = ("GOLDEN", "Ran", "Spec", "run_specs")
+# Set by the nox sessions that install DeepSpeed (noxfile.py): there a missing release is an error, not a skip.
+REQUIRE = "AWP_REQUIRE_DEEPSPEED"
+
+
+def __getattr__(name: str) -> Any:
+    """``from conftest import Spec``: the harness's names, imported when a real-engine module asks for them."""
+    if name in _FROM_HARNESS:
+        import harness
+
+        return getattr(harness, name)
+    raise AttributeError(f"module 'conftest' has no attribute {name!r}")
 
 
 def session_ccache() -> dict[str, str]:
@@ -44,10 +61,31 @@ def run_python(code: str, env: dict[str, str] | None = None) -> subprocess.Compl
                           timeout=600, cwd=HERE)
 
 
+def run_child(script: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``tests/children/<script>`` with ``args`` in a new interpreter (the scripts a test's child runs are
+    files, read by ruff and mypy like any other)."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, str(CHILDREN / script), *args], env=full_env, capture_output=True,
+                          text=True, timeout=600, cwd=HERE)
+
+
 def installed(distribution: str) -> str:
-    """The installed release of a distribution the suite needs (the package's one lookup)."""
+    """The installed release of a distribution the suite needs (the package's one lookup). Without it the
+    module (or test) that asks skips, and says why; in a session that installs DeepSpeed it fails instead."""
     from accelerate_warmup_patch import releases
 
     version = releases.installed(distribution)
-    assert version is not None, f"{distribution} is not installed"
+    if version is None:
+        if os.environ.get(REQUIRE, "").strip() not in ("", "0"):
+            pytest.fail(f"{distribution} is not installed, and {REQUIRE} is set (a nox session that installs it)",
+                        pytrace=False)
+        pytest.skip(f"needs {distribution}, which is not installed (the unit tier, tests/unit, runs without it)",
+                    allow_module_level=True)
     return version
+
+
+@pytest.fixture
+def deepspeed() -> str:
+    """DeepSpeed's installed release, for a test that needs it in a module that mostly does not: without it the
+    test skips (or fails, under AWP_REQUIRE_DEEPSPEED)."""
+    return installed("deepspeed")

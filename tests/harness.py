@@ -92,8 +92,10 @@ class Spec:
     fp16: bool = False
     overflow_steps: int = 0
     fused_adam: bool = False  # DeepSpeed's FusedAdam (a CPU op it compiles) instead of torch's Adam
-    # saved with the checkpoint (deepspeed path, save_to); a resume (resume_from) reports what load_checkpoint returned
-    client_state: dict[str, Any] | None = None
+    # the client_state save_checkpoint is given: None, or "gpt-neox" / "megatron", shaped like theirs (real numpy
+    # and torch rng state objects; see _client_state), or "user", a training script's plain dict (USER_CLIENT_STATE).
+    # Changes no lr, so not part of the key. A resume (resume_from) reports what load_checkpoint returned.
+    client_state: str | None = None
 
     @property
     def key(self) -> str:
@@ -155,8 +157,8 @@ def run_deepspeed(spec: Spec) -> list[list[float | None]]:
     if spec.torch_scheduler:
         kwargs["lr_scheduler"] = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda k: (k + 1) / 4)
     if spec.save_to:
-        saved = {} if spec.client_state is None else {"client_state": spec.client_state}
-        kwargs["after"] = lambda engine: engine.save_checkpoint(spec.save_to, tag="ckpt", **saved)
+        kwargs["after"] = lambda engine: engine.save_checkpoint(spec.save_to, tag="ckpt",
+                                                                client_state=_client_state(spec))
     if spec.resume_from:
         kwargs["before"] = lambda engine: _load(spec, engine)
     if spec.user_steps:
@@ -192,6 +194,35 @@ def _load(spec: Spec, engine: Any) -> None:
         spec.resume_from, tag="ckpt", load_optimizer_states=spec.load_optimizer_states,
         load_lr_scheduler_states=spec.load_lr_scheduler_states)
     LOADED["client_state"] = client_state
+
+
+# a training script's own client_state, plain data (tests/test_mark.py: load_checkpoint returns it unchanged)
+USER_CLIENT_STATE: dict[str, Any] = {"epoch": 2, "samples_seen": 96, "note": "resume me", "lr_history": [0.001, 0.0]}
+
+
+def _client_state(spec: Spec) -> dict[str, Any]:
+    """What a framework passes to save_checkpoint beside the model: gpt-neox's save_ds_checkpoint and
+    Megatron-DeepSpeed's save_checkpoint (both megatron/checkpointing.py) save the python, numpy and torch rng
+    states (and the cuda ones, which a CPU run has not), gpt-neox a dict of its args, Megatron its
+    argparse.Namespace."""
+    import argparse
+    import random
+
+    import numpy as np
+    import torch
+
+    if spec.client_state is None:
+        return {}
+    if spec.client_state == "user":
+        return dict(USER_CLIENT_STATE)
+    rng = {"random_rng_state": random.getstate(), "np_rng_state": np.random.get_state(),
+           "torch_rng_state": torch.get_rng_state()}
+    if spec.client_state == "gpt-neox":
+        return {"iteration": spec.steps, "args": {"num_layers": len(spec.groups), "hidden_size": 4}, **rng}
+    if spec.client_state == "megatron":
+        args = argparse.Namespace(lr=spec.groups[0], deepspeed=True, train_iters=spec.steps)
+        return {"args": args, "checkpoint_version": 3.0, "iteration": spec.steps, **rng}
+    raise ValueError(f"client_state {spec.client_state!r}")
 
 
 def _user_steps(spec: Spec, scheduler: Any) -> None:

@@ -1,5 +1,6 @@
 """`accelerate-warmup-patch audit`: each verdict against the lr a real run's step 0 used, from an interpreter
-without torch; a hostile checkpoint runs nothing; a folder with no run is one line and exit 2.
+without torch; frameworks' client_states are read; a hostile checkpoint runs nothing; a folder with no run is
+one line and exit 2.
 
 The runs are real engines on the installed DeepSpeed (the suite's 0.15.2 and 0.19.8; the matrix's engine rows
 run this file on the others, 0.14.4 among them): raw DeepSpeed at ZeRO 0-3, accelerate and the HF Trainer,
@@ -24,6 +25,7 @@ from conftest import GOLDEN, Spec, installed, run_specs
 
 from accelerate_warmup_patch import releases
 
+installed("deepspeed")  # real engines: without DeepSpeed the module skips (tests/unit reads synthetic files)
 Audit = Callable[..., "subprocess.CompletedProcess[str]"]
 
 # every one has a 0.19.8 trajectory in golden.json (its step 0 is what 0.19.8 runs)
@@ -37,6 +39,9 @@ RUNS: dict[str, Spec] = {
     "accelerate-z2-cosine": Spec(path="accelerate", scheduler="WarmupCosineLR", zero=2),
     "trainer-decay": Spec(path="trainer", scheduler="WarmupDecayLR"),
     "trainer-torch-scheduler": Spec(path="trainer", torch_scheduler=True),
+    # what the frameworks that drive DeepSpeed's schedulers save beside them (harness._client_state)
+    "ds-z0-gpt-neox-client-state": Spec(scheduler="WarmupDecayLR", client_state="gpt-neox"),
+    "ds-z0-megatron-client-state": Spec(scheduler="WarmupLR-linear", client_state="megatron"),
 }
 
 
@@ -139,7 +144,7 @@ def test_a_legacy_format_checkpoint_audits_as_its_zip_twin(runs, audit, tmp_path
     (zipped,) = json.loads(audit(str(source), "--json").stdout)
     (legacy,) = json.loads(audit(str(twin), "--json").stdout)
     for report in (zipped, legacy):
-        del report["path"], report["checkpoint"]
+        del report["path"], report["checkpoint"], report["step0_checkpoint"]
     assert legacy == zipped
 
 
@@ -154,7 +159,7 @@ class _RunsACommand:
 
 
 @pytest.mark.parametrize("zipped", [True, False], ids=["zip", "legacy"])
-def test_a_hostile_checkpoint_runs_nothing_and_is_unreadable(tmp_path, audit, zipped):
+def test_a_hostile_checkpoint_runs_nothing_and_is_judged_from_its_data(tmp_path, audit, zipped):
     import torch
 
     marker = tmp_path / "it-ran"
@@ -162,17 +167,39 @@ def test_a_hostile_checkpoint_runs_nothing_and_is_unreadable(tmp_path, audit, zi
     tag.mkdir(parents=True)
     (tag.parent / "latest").write_text("global_step1")
     file = tag / "mp_rank_00_model_states.pt"
-    torch.save({"ds_version": "0.15.2", "ds_config": {}, "module": _RunsACommand(f"touch {marker}")}, file,
-               _use_new_zipfile_serialization=zipped)
+    config = {"optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "scheduler": {
+        "type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 1e-3, "warmup_num_steps": 5}}}
+    torch.save({"ds_version": "0.15.2", "ds_config": config, "global_steps": 1,
+                "module": _RunsACommand(f"touch {marker}")}, file, _use_new_zipfile_serialization=zipped)
     proc = audit(str(tmp_path / "run"), "--json")
     assert not marker.exists()
     (report,) = json.loads(proc.stdout)
-    assert report["verdict"] == "unreadable" and f"{os.system.__module__}.system" in report["why"], report
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr  # no readable run in that PATH
+    # the data beside the command is read: 0.15.2 ran step 0 at the optimizer's lr
+    assert report["verdict"] == "affected" and report["step0_lr"] == 0.001, report
+    assert proc.returncode == 1 and proc.stderr == "", proc.stderr
     # the file is what it claims: the way DeepSpeed loads a checkpoint runs the command
     loaded = subprocess.run([sys.executable, "-c", f"import torch; torch.load({str(file)!r}, weights_only=False)"],
                             capture_output=True, text=True, timeout=300)
     assert loaded.returncode == 0 and marker.exists(), loaded.stderr
+
+
+def test_framework_client_states_are_read_as_data(runs, audit):
+    """gpt-neox (megatron/checkpointing.py, save_ds_checkpoint) and Megatron-DeepSpeed (megatron/checkpointing.py,
+    save_checkpoint) save numpy's and torch's rng states, and Megatron its argparse.Namespace, beside DeepSpeed's
+    keys (harness._client_state passes the real objects to save_checkpoint). 0.4.0 refused their names and called
+    the runs unreadable; they are judged like any other."""
+    import torch
+
+    root, recorded = runs
+    reports = _reports(audit(str(root), "--json"))
+    for name, object_key, type_name in (("ds-z0-gpt-neox-client-state", "np_rng_state", "tuple"),
+                                        ("ds-z0-megatron-client-state", "args", "Namespace")):
+        saved = torch.load(root / name / "ckpt" / "mp_rank_00_model_states.pt", weights_only=False)
+        assert type(saved["np_rng_state"][1]).__module__ == "numpy" and type(saved[object_key]).__name__ == type_name
+        report = reports[name]
+        assert report["verdict"] != "unreadable" and report["step0_lr"] == pytest.approx(recorded[name][0][0]), report
+        if installed("deepspeed") == "0.15.2":
+            assert report["verdict"] == "affected" and report["step0_lr"] == pytest.approx(0.001), report
 
 
 def test_a_folder_with_no_run_is_a_one_line_error_and_exit_2(tmp_path, audit):

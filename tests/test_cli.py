@@ -55,6 +55,7 @@ def _sprung(folder: Path) -> list[str]:
     return sorted(path.name for path in folder.glob("sprung-*"))
 
 
+@pytest.mark.usefixtures("deepspeed")
 def test_demo_prints_both_trajectories_a_verdict_and_a_plot(tmp_path):
     png = tmp_path / "lr.png"
     proc = _command("demo", "--plot", str(png), cwd=_trapped(tmp_path / "work"))
@@ -67,6 +68,7 @@ def test_demo_prints_both_trajectories_a_verdict_and_a_plot(tmp_path):
     assert "   0           0.001               0" in proc.stdout or fixed
 
 
+@pytest.mark.usefixtures("deepspeed")
 def test_demo_builds_no_comm_op_and_says_what_each_run_is_doing(tmp_path):
     # an empty op folder: DeepSpeed's CPU backend would JIT-compile its shared-memory op into it (1-3 min)
     extensions = tmp_path / "torch_extensions"
@@ -118,6 +120,7 @@ def test_doctor_json_lists_a_value_it_does_not_accept_as_a_problem():
     assert data["activation"]["mode"] == "off"  # a value not accepted patches nothing
 
 
+@pytest.mark.usefixtures("deepspeed")
 def test_console_script_is_installed():
     script = Path(sys.executable).parent / "accelerate-warmup-patch"
     proc = subprocess.run([str(script), "doctor", "--json"], capture_output=True, text=True)
@@ -164,6 +167,7 @@ def test_demo_without_torch_says_so_in_one_line(tmp_path):
     assert proc.stdout == ""
 
 
+@pytest.mark.usefixtures("deepspeed")
 def test_demo_plot_hint_names_an_extra_that_exists(monkeypatch):
     import importlib.util
 
@@ -243,6 +247,8 @@ def test_status_live_unarmed_still_prints_the_versions_line():
 
 @pytest.mark.parametrize("value", [None, "reset"])
 def test_status_live_reports_the_process_it_started(value):
+    if value:
+        installed("deepspeed")  # the armed process imports it
     env = {"ACCELERATE_WARMUP_PATCH": value} if value else {}
     proc = _cli("status", "--live", "--json", env=env)
     data = json.loads(proc.stdout)
@@ -272,6 +278,7 @@ def test_doctor_json_has_the_documented_schema():
         assert all(f"| `{k}` |" in documented for k in keys)
 
 
+@pytest.mark.usefixtures("deepspeed")
 def test_doctor_says_not_affected_for_classes_that_never_had_the_bug():
     data = json.loads(_cli("doctor", "--json").stdout)
     assert data["verdicts"]["OneCycle"] == data["verdicts"]["LRRangeTest"] == "not affected"
@@ -328,6 +335,7 @@ def test_status_with_the_jobs_flags_python_dash_s_is_not_armed():
     assert "  armed," not in text
 
 
+@pytest.mark.usefixtures("deepspeed")
 def test_status_live_runs_the_jobs_interpreter_flags():
     site_packages = next(p for p in sys.path if p.endswith("site-packages"))
     env = {"ACCELERATE_WARMUP_PATCH": "reset", "PYTHONPATH": site_packages}
@@ -399,6 +407,7 @@ def test_python_flags_with_values_and_grouped_letters_are_passed_on_as_written()
 
 # children run the installed code: the CLI's own package, in a working directory of their own -----------------
 
+@pytest.mark.usefixtures("deepspeed")
 def test_doctor_and_status_import_nothing_from_the_working_directory(tmp_path):
     # the review's case: a json.py there ran in 4 of doctor's 6 children, and the verdict became "NOT active"
     work = _trapped(tmp_path / "work")

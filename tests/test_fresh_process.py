@@ -10,7 +10,9 @@ from pathlib import Path
 
 import fresh_process
 import pytest
-from conftest import HERE, Spec, run_specs
+from conftest import HERE, Spec, installed, run_specs
+
+installed("deepspeed")  # the harness's runs are real engines: without DeepSpeed the module skips
 
 STACK = ("torch", "transformers", "deepspeed", "accelerate", "accelerate_warmup_patch", "wrapt")
 

@@ -13,15 +13,11 @@ import json
 import subprocess
 
 import pytest
-from conftest import installed, run_python
+from conftest import installed, run_child, run_python
 
 from accelerate_warmup_patch import releases
 
-# the modules the patch waits for, as status() names them
-WAITS_FOR = ["deepspeed", "deepspeed.launcher.multinode_runner"]
-
 ARMED = {"ACCELERATE_WARMUP_PATCH": "reset"}
-FINDERS = "[f for f in sys.meta_path if type(f).__module__.startswith('accelerate_warmup_patch')]"
 
 
 def _last_json(proc) -> object:
@@ -30,219 +26,52 @@ def _last_json(proc) -> object:
 
 
 def test_a_find_spec_probe_is_not_an_import():
-    proc = run_python(
-        "import importlib.util, json, sys\n"
-        "assert importlib.util.find_spec('deepspeed') is not None\n"
-        "loaded = sorted(m for m in sys.modules if m.startswith(('accelerate_warmup_patch.', 'wrapt')))\n"
-        "import deepspeed\n"
-        "print(json.dumps([loaded, hasattr(deepspeed.initialize, '__wrapped__')]))", env=ARMED)
+    proc = run_child("hook_probes.py", "find_spec_is_not_an_import", env=ARMED)
     assert _last_json(proc) == [[], True]
 
 
 def test_the_finder_leaves_sys_meta_path_once_nothing_is_pending():
-    imports = "; ".join(f"import {name}" for name in WAITS_FOR)
-    proc = run_python(
-        "import json, sys\n"
-        f"before = len({FINDERS})\n"
-        "import deepspeed\n"
-        f"during = len({FINDERS})\n"
-        f"{imports}\n"
-        "import accelerate_warmup_patch as awp\n"
-        f"print(json.dumps([before, during, len({FINDERS}), awp.status()['waiting_for']]))", env=ARMED)
+    proc = run_child("hook_probes.py", "finder_leaves_once_nothing_is_pending", env=ARMED)
     before, during, after, waiting = _last_json(proc)
     assert (before, during, after, waiting) == (1, 1, 0, [])
 
 
 def test_remove_from_the_api_module_disarms_fully():
-    proc = run_python(
-        "import json, sys\n"
-        "from accelerate_warmup_patch.api import remove\n"
-        "remove()\n"
-        f"finders = len({FINDERS})\n"
-        "import deepspeed\n"
-        "import accelerate_warmup_patch as awp\n"
-        "print(json.dumps([finders, hasattr(deepspeed.initialize, '__wrapped__'), awp.status()['mode']]))", env=ARMED)
+    proc = run_child("hook_probes.py", "remove_from_the_api_module", env=ARMED)
     assert _last_json(proc) == [0, False, "off"]
 
 
 def test_reloading_the_package_leaves_one_finder():
-    proc = run_python(
-        "import importlib, json, sys\n"
-        "import accelerate_warmup_patch as awp\n"
-        "importlib.reload(awp); importlib.reload(awp)\n"
-        f"finders = len({FINDERS})\n"
-        "import deepspeed\n"
-        "print(json.dumps([finders, awp.status()['patched'].count('deepspeed.initialize')]))", env=ARMED)
+    proc = run_child("hook_probes.py", "reload_the_package", env=ARMED)
     assert _last_json(proc) == [1, 1]
 
 
 def test_reloading_deepspeed_leaves_no_stale_status():
-    proc = run_python(
-        "import importlib, json, deepspeed\n"
-        "import accelerate_warmup_patch as awp\n"
-        "awp.apply()\n"
-        "listed = 'deepspeed.initialize' in awp.status()['patched']\n"
-        "importlib.reload(deepspeed)\n"
-        "still = 'deepspeed.initialize' in awp.status()['patched']\n"
-        "wrapped = hasattr(deepspeed.initialize, '__wrapped__')\n"
-        "awp.apply()  # wraps what the reload put there\n"
-        "again = hasattr(deepspeed.initialize, '__wrapped__') and 'deepspeed.initialize' in awp.status()['patched']\n"
-        "print(json.dumps([listed, still, wrapped, again]))")
+    proc = run_child("hook_probes.py", "reload_deepspeed")
     assert _last_json(proc) == [True, False, False, True]
 
 
 # Thread A imports deepspeed; it is held inside the finder's find_spec (which CPython calls holding
 # the global import lock) until thread B, using the API for the first time, has begun importing
 # api.py. A design that takes a lock of its own in find_spec, while B holds it across that import,
-# deadlocks here; the joins' timeout turns that into a failure instead of a hang.
-THREADS = r"""
-import json, os, sys, threading
-import accelerate_warmup_patch as awp
-a_in_find_spec, b_importing_api = threading.Event(), threading.Event()
-
-def trace_a(frame, event, arg):
-    if (event == "call" and frame.f_code.co_name == "find_spec" and frame.f_locals.get("fullname") == "deepspeed"
-            and frame.f_globals.get("__name__", "").startswith("accelerate_warmup_patch")):
-        a_in_find_spec.set()
-        b_importing_api.wait(60)
-
-def trace_b(frame, event, arg):
-    if event == "call" and frame.f_code.co_name == "_find_and_load" and \
-            frame.f_locals.get("name") == "accelerate_warmup_patch.api":
-        b_importing_api.set()
-
-def a():
-    sys.settrace(trace_a)
-    import deepspeed
-
-def b():
-    a_in_find_spec.wait(60)
-    sys.settrace(trace_b)
-    awp.status()
-
-threads = [threading.Thread(target=a, daemon=True), threading.Thread(target=b, daemon=True)]
-for thread in threads:
-    thread.start()
-for thread in threads:
-    thread.join(300)
-if any(thread.is_alive() for thread in threads):
-    print(json.dumps("deadlock"), flush=True)
-    os._exit(0)
-import deepspeed
-print(json.dumps([a_in_find_spec.is_set(), b_importing_api.is_set(), hasattr(deepspeed.initialize, "__wrapped__"),
-                  awp.status()["patched"].count("deepspeed.initialize")]))
-"""
-
-
+# deadlocks here; the joins' timeout turns that into a failure instead of a hang
+# (tests/children/api_during_import.py).
 def test_a_first_api_use_during_another_threads_framework_import_does_not_deadlock():
-    assert _last_json(_run_past_deepspeeds_import_race(THREADS)) == [True, True, True, 1]
+    assert _last_json(_run_past_deepspeeds_import_race("api_during_import.py")) == [True, True, True, 1]
 
 
 # Thread A imports deepspeed (which imports accelerate), thread B imports accelerate, thread C uses the API.
 # One of A and B is held inside the package's _sweep, between two of its steps over the pending modules (in
 # the loader's sweep after deepspeed's hooks, or in the sweep of the apply() that arms the patch at
-# accelerate's import), while C runs its calls; then it goes on. Each hold and release is an Event.
-RACE = r"""
-import json, logging, os, sys, threading
-import accelerate_warmup_patch as awp
-
-from accelerate_warmup_patch import wrapping
-
-API_LOCK = wrapping.lock  # the seam: which thread holds apply()'s lock
-WHERE, CALLS = sys.argv[1], sys.argv[2].split(",")
-held, release, go = threading.Event(), threading.Event(), threading.Event()
-imports_left, count_lock = [2], threading.Lock()
-errors, warnings, held_in = [], [], []
-
-class Collect(logging.Handler):
-    def emit(self, record):
-        if record.levelno >= logging.WARNING:
-            warnings.append(record.getMessage())
-
-logging.getLogger("accelerate_warmup_patch").addHandler(Collect())
-
-def sweep_caller(frame):
-    while frame is not None and frame.f_code.co_name in ("<listcomp>", "<genexpr>"):
-        frame = frame.f_back
-    if frame is None or frame.f_code.co_name != "_sweep":
-        return None
-    caller, names = frame.f_back, []
-    if caller.f_code.co_name == "exec_module":
-        return "loader:" + caller.f_locals["module"].__name__
-    while frame is not None:
-        names.append(frame.f_code.co_name)
-        frame = frame.f_back
-    return "arming" if caller.f_code.co_name == "apply" and "_arm" in names else None
-
-ready = awp._ready
-
-def ready_after_a_hold(name):
-    if sweep_caller(sys._getframe(1)) == WHERE and not held.is_set():
-        held_in.append(threading.current_thread().name)
-        held.set()
-        go.set()
-        # Inside apply() this thread holds the API's lock: C's calls wait for it by design (each call runs as if
-        # alone), so the hold lets C start and goes on instead of waiting for a release that cannot come.
-        if not API_LOCK._is_owned():
-            release.wait(120)
-    return ready(name)
-
-awp._ready = ready_after_a_hold
-
-def import_ended():
-    with count_lock:
-        imports_left[0] -= 1
-        if not imports_left[0]:
-            go.set()  # C must not wait for a hold that will not come
-
-def importer(name):
-    def run():
-        try:
-            __import__(name)
-        except BaseException as error:
-            errors.append(f"import {name}: {error!r}")
-        finally:
-            import_ended()
-    return run
-
-def api_user():
-    go.wait(120)
-    for call in CALLS:
-        getattr(awp, call)()
-    release.set()
-
-threads = [threading.Thread(target=importer("deepspeed"), name="A", daemon=True),
-           threading.Thread(target=importer("accelerate"), name="B", daemon=True),
-           threading.Thread(target=api_user, name="C", daemon=True)]
-for thread in threads:
-    thread.start()
-for thread in threads:
-    thread.join(300)
-if any(thread.is_alive() for thread in threads):
-    print(json.dumps("deadlock"), flush=True)
-    os._exit(0)
-
-def facts():
-    import deepspeed
-    status = awp.status()
-    return ["deepspeed.initialize" in status["patched"], hasattr(deepspeed.initialize, "__wrapped__"),
-            "deepspeed" in status["waiting_for"]]
-
-before = facts()
-awp.apply()
-print(json.dumps({"held_in": held_in, "errors": errors, "warnings": warnings, "before": before,
-                  "after_apply": facts()}))
-"""
-
-
+# accelerate's import), while C runs its calls; then it goes on. Each hold and release is an Event
+# (tests/children/import_race.py).
 @pytest.mark.parametrize("where, calls", [
     ("loader:deepspeed", "remove,apply"),  # was: RuntimeError (dict changed size) out of `import deepspeed`
     ("loader:deepspeed", "apply"),  # the same; and C's hook for deepspeed waited for a later apply()
     ("arming", "remove"),  # was: a warning that the process runs unpatched
 ])
 def test_imports_in_two_threads_and_the_api_in_a_third_leave_a_truthful_patch(where, calls):
-    code = RACE.replace('sys.argv[1], sys.argv[2]', f'{where!r}, {calls!r}')
-    result = _last_json(_run_past_deepspeeds_import_race(code))
+    result = _last_json(_run_past_deepspeeds_import_race("import_race.py", where, calls))
     assert result != "deadlock"
     assert result["held_in"], "the interleaving was not reached"
     assert result["errors"] == [] and result["warnings"] == [], result
@@ -263,9 +92,9 @@ def test_imports_in_two_threads_and_the_api_in_a_third_leave_a_truthful_patch(wh
 # sys.modules). Seen only with the tests' trace functions: the same two threads without them passed 40 runs
 # of 40. So each such test reruns on exactly those two failures of the imports themselves, at most twice;
 # anything else fails at once.
-def _run_past_deepspeeds_import_race(code: str) -> subprocess.CompletedProcess[str]:
+def _run_past_deepspeeds_import_race(script: str, *args: str) -> subprocess.CompletedProcess[str]:
     for _ in range(3):
-        proc = run_python(code, env=ARMED)
+        proc = run_child(script, *args, env=ARMED)
         if not _deepspeeds_own_import_race(proc.stdout + proc.stderr):
             break
     return proc
@@ -301,15 +130,7 @@ def test_strict_mode_raises_out_of_the_import_when_a_hook_fails(unknown_deepspee
 
 
 def test_below_the_floor_nothing_is_wrapped():
-    # a fake version string: no DeepSpeed older than the floor installs beside torch 2.13
-    proc = run_python(
-        "import json, deepspeed\n"
-        "deepspeed.__version__ = '0.8.3'\n"
-        "from deepspeed.runtime import lr_schedules\n"
-        "import accelerate_warmup_patch as awp\n"
-        "awp.apply()\n"
-        "print(json.dumps([awp.status()['patched'], type(vars(lr_schedules.WarmupLR)['__init__']).__name__,"
-        " type(deepspeed.initialize).__name__]))")
+    proc = run_child("hook_probes.py", "below_the_floor")
     assert _last_json(proc) == [[], "function", "function"]
     assert "DeepSpeed 0.8.3 is older than 0.9.0" in proc.stderr and "nothing is patched" in proc.stderr
 
@@ -320,33 +141,16 @@ def test_a_real_sitecustomize_arms_the_patch_and_off_wins(tmp_path, value, armed
     env = {"PYTHONPATH": str(tmp_path)}
     if value:
         env["ACCELERATE_WARMUP_PATCH"] = value
-    proc = run_python(
-        "import json, deepspeed\n"
-        "import accelerate_warmup_patch as awp\n"
-        "print(json.dumps([hasattr(deepspeed.initialize, '__wrapped__'), awp.status()['applied_by']]))", env=env)
+    proc = run_child("hook_probes.py", "armed_by_sitecustomize", env=env)
     assert _last_json(proc) == ([True, ["sitecustomize"]] if armed else [False, []])
 
 
-CAPTURE_FAULT = """
-import torch
-import accelerate_warmup_patch as awp
-awp.apply()
-from accelerate_warmup_patch import schedules
-def broken(optimizer):
-    raise RuntimeError("injected fault")
-# fault injection through the one public seam that reads a scheduler's optimizer: no real run makes it fail
-schedules.torch_optimizer = broken
-from deepspeed.runtime.lr_schedules import WarmupLR
-optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=1e-3)
-WarmupLR(optimizer, warmup_min_lr=0.0, warmup_num_steps=5)
-print(optimizer.param_groups[0]["lr"])
-"""
 
 
 @pytest.mark.skipif(("WarmupLR", "__init__") not in releases.methods_to_fix(installed("deepspeed")),
                     reason="this release's WarmupLR constructor needs no fix: nothing is captured")
 def test_a_failed_argument_capture_says_truthfully_that_the_first_step_fix_still_applies():
-    proc = run_python(CAPTURE_FAULT)
+    proc = run_child("capture_fault.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "0.0"  # the first-step fix applied all the same
     warnings = [x for x in proc.stderr.splitlines() if "WARNING" in x]

@@ -12,64 +12,18 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import installed, run_python
+from conftest import installed, run_child
 
 from accelerate_warmup_patch import releases
 
 DEEPSPEED = installed("deepspeed")
 BUGGY = releases.lacks("start", "WarmupLR", DEEPSPEED)
 
-RESUMED = """
-import json, logging, sys, torch
-import harness
-said = []
-class Keep(logging.Handler):
-    def emit(self, record):
-        said.append(f"{record.levelname} {record.getMessage()}")
-logger = logging.getLogger("accelerate_warmup_patch")
-logger.addHandler(Keep())
-logger.setLevel(logging.DEBUG)
-from deepspeed.runtime import lr_schedules
-ROAD = sys.argv[1]  # load | argument | engine
-PARAMS = dict(warmup_min_lr=0.0, warmup_max_lr=1e-3, warmup_num_steps=5, warmup_type="linear")
-
-def train(late):
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 4)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    if ROAD == "argument":
-        scheduler = lr_schedules.WarmupLR(optimizer, last_batch_iteration=2, **PARAMS)
-    else:
-        scheduler = lr_schedules.WarmupLR(optimizer, **PARAMS)
-        scheduler.load_state_dict({"last_batch_iteration": 2})
-    if late:
-        import accelerate_warmup_patch
-        accelerate_warmup_patch.apply()
-    if ROAD == "engine":
-        config = harness.ds_config(harness.Spec())
-        del config["optimizer"], config["scheduler"]
-        return harness.demo.train_deepspeed(config, model, None, 3, optimizer=optimizer, lr_scheduler=scheduler)
-    rows = []
-    for _ in range(3):
-        model(torch.randn(2, 4)).pow(2).mean().backward()
-        rows.append([optimizer.param_groups[0]["lr"]])
-        optimizer.step()
-        optimizer.zero_grad()
-        scheduler.step()
-    return rows
-
-late = train(late=True)
-import accelerate_warmup_patch as awp
-status = awp.status()
-awp.remove()
-print("RESULT " + json.dumps({"late": late, "unpatched": train(late=False), "said": said, "status": status}))
-harness._tear_down()
-"""
 
 
 @pytest.mark.parametrize("road", ["load", "argument", "engine"])
 def test_a_scheduler_resumed_before_a_late_import_keeps_its_lr_and_is_named_in_one_warning(road):
-    proc = run_python(RESUMED.replace("sys.argv[1]", repr(road)))
+    proc = run_child("resumed.py", road)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ran = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
     assert ran["late"] == ran["unpatched"]  # never worse than the bug: a restored lr is never overwritten

@@ -18,6 +18,8 @@ from ports import port
 
 from accelerate_warmup_patch import releases
 
+installed("deepspeed")  # real launches of real engines: without DeepSpeed the module skips
+
 BIN = Path(sys.executable).parent
 SCRIPT = str(HERE / "quickstart_train.py")  # the README's train.py: one rank of launched.py
 LAUNCHED = str(HERE / "launched.py")
@@ -72,21 +74,3 @@ def test_accelerate_launch_in_step_mode_uses_lr_k_at_step_k(tmp_path):
     assert ranks["rank0"] == ranks["rank1"] == [[0.0], [0.0002], [0.0004], [0.0006]]
     info = [x for x in (proc.stdout + proc.stderr).splitlines() if "[accelerate_warmup_patch] INFO" in x]
     assert len([x for x in info if "mode=step" in x]) == 1, info  # rank 0 only
-
-
-def test_the_launchers_lines_show_the_value_escaped(tmp_path):
-    # the review's case: the INFO line printed the raw value, so a value holding a newline and a line of
-    # DeepSpeed's own forged a log line (the WARNING already escaped it). The runners' real get_cmd, as
-    # tests/test_multinode.py builds them; a strict value that is not accepted leaves the run non-strict
-    hostfile = tmp_path / "hostfile"
-    hostfile.write_text("localhost slots=1\n127.0.0.1 slots=1\n")
-    forged = "1\n[deepspeed] INFO: forged"
-    env = {**os.environ, "ACCELERATE_WARMUP_PATCH": "reset", "ACCELERATE_WARMUP_PATCH_STRICT": forged}
-    proc = subprocess.run([sys.executable, str(HERE / "multinode_cmds.py"), str(hostfile)], env=env,
-                          capture_output=True, text=True, timeout=600, cwd=HERE)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = proc.stderr.splitlines()
-    assert not any(line.startswith("[deepspeed] INFO: forged") for line in lines), proc.stderr[-3000:]
-    exports = [line for line in lines if "exports ACCELERATE_WARMUP_PATCH=reset, " in line]
-    assert exports, proc.stderr[-3000:]
-    assert all(f"ACCELERATE_WARMUP_PATCH_STRICT={forged!r}" in line for line in exports), exports

@@ -7,6 +7,7 @@ import ast
 import json
 from pathlib import Path
 
+import pytest
 from conftest import run_python
 
 PACKAGE = Path(__file__).resolve().parent.parent / "accelerate_warmup_patch"
@@ -44,6 +45,7 @@ def test_the_command_line_lives_in_its_subpackage():
                                                                                         PACKAGE.glob("*.py")}
 
 
+@pytest.mark.usefixtures("deepspeed")
 def test_a_patched_training_process_loads_nothing_of_the_command_line():
     proc = run_python(
         "import json, sys, torch\n"

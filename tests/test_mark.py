@@ -20,20 +20,21 @@ from typing import Any
 
 import pytest
 from conftest import Spec, installed, run_specs
+from harness import USER_CLIENT_STATE
 
 from accelerate_warmup_patch import releases
 
 DEEPSPEED = installed("deepspeed")
 RECORD = "accelerate_warmup_patch.json"
-# what a training script saves with its checkpoint (plain data, as most do)
-USER_STATE = {"epoch": 2, "samples_seen": 96, "note": "resume me", "lr_history": [0.001, 0.0]}
+# what a training script saves with its checkpoint (plain data, as most do): Spec(client_state="user")
+USER_STATE = USER_CLIENT_STATE
 BUGGY = releases.lacks("start", "WarmupLR", DEEPSPEED)  # this release starts WarmupLR at the optimizer's lr
 
 SAVES: dict[str, Spec] = {  # trained and saved in one process, in this order: the unpatched run before any apply()
-    "unpatched": Spec(steps=3, client_state=USER_STATE),
-    "warn": Spec(steps=3, patch="before", mode="warn", client_state=USER_STATE),
+    "unpatched": Spec(steps=3, client_state="user"),
+    "warn": Spec(steps=3, patch="before", mode="warn", client_state="user"),
     "step": Spec(steps=3, patch="before", mode="step"),
-    "reset": Spec(steps=3, patch="before", mode="reset", client_state=USER_STATE),
+    "reset": Spec(steps=3, patch="before", mode="reset", client_state="user"),
     "accelerate": Spec(path="accelerate", steps=3, patch="before", mode="reset"),
     "trainer": Spec(path="trainer", steps=4, patch="before", mode="reset"),
 }
@@ -41,7 +42,7 @@ SAVES: dict[str, Spec] = {  # trained and saved in one process, in this order: t
 TAG = {"accelerate": "pytorch_model", "trainer": "checkpoint-3/global_step3"}  # the Trainer: DeepSpeed's default tag
 # each marked save resumed, and its unmarked twin (the folder less the record)
 RESUMES: dict[str, Spec] = {
-    "reset": Spec(steps=3, client_state=USER_STATE),
+    "reset": Spec(steps=3, client_state="user"),
     "accelerate": Spec(path="accelerate", steps=3),
     "trainer": Spec(path="trainer", steps=6),
 }

@@ -16,6 +16,8 @@ from ports import port
 
 from accelerate_warmup_patch import releases
 
+installed("deepspeed")  # the README's lines run real engines: without DeepSpeed the module skips
+
 # the ds_config of the HF Trainer's DeepSpeed examples: every number "auto", filled from TrainingArguments
 DS_CONFIG = {
     "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "zero_optimization": {"stage": 0},

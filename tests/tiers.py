@@ -27,7 +27,7 @@ SCHEDULER_TIER_TORCH = "2.1.2"  # a torch of their time (a CUDA build from the r
 # the newest patch of every accelerate minor whose DeepSpeed path runs on CPU
 ACCELERATE_TIER = ("0.29.3", "0.30.1", "0.31.0", "0.32.1", "0.33.0", "0.34.2", "1.0.1", "1.1.1", "1.2.1",
                    "1.3.0", "1.4.0", "1.5.2", "1.6.0", "1.7.0", "1.8.1", "1.9.0", "1.10.1", "1.11.0",
-                   "1.12.0", "1.13.0", "1.14.0", "1.15.0")
+                   "1.12.0", "1.13.0", "1.14.0", "1.15.0", "1.16.0")
 ACCELERATE_TIER_DEEPSPEED = ("0.14.4", NEWEST_DEEPSPEED)  # one buggy, one fixed
 # what CI runs on top of the full suite (TEST_DEEPSPEED): the releases where behavior changes
 CI_ENGINE = (ENGINE_TIER[0], "0.15.3", "0.18.9", "0.19.0", "0.19.3", "0.19.4")
@@ -39,6 +39,20 @@ DEFAULT_PEAK_RANGES = ("0.15.3", "0.18.9")
 
 # The releases `nox -s tests` runs the suite on: the newest (no-op expected) and a buggy one.
 TEST_DEEPSPEED = ("0.15.2", NEWEST_DEEPSPEED)
+# Modules whose promises are about the package's own machinery, which runs the same code on every release: `nox -s
+# tests` runs them on the buggy release alone (TEST_DEEPSPEED[0]), where the patch wraps the most (the newest
+# release's targets are a subset of its). Every module that asserts an lr, a verdict or a doctor state of the
+# installed release runs on both.
+ONE_RELEASE_TESTS = {
+    "tests/test_hooks.py": "the post-import hook, the finder and the failure policy: no lr, no release fact",
+    "tests/test_logging.py": "the package's log lines against the program's logging configuration",
+    "tests/test_fresh_process.py": "the suite's own forked runs against new interpreters",
+    "tests/test_wrappers.py": "each installed wrapper pickles, copies and introspects as its original (0.15.2 "
+                              "installs every wrapper 0.19.8 does, and the scheduler methods' besides)",
+    "tests/test_cli.py": "the command line's arguments, output shapes and child processes (doctor's states and "
+                         "answers per release are tests/test_doctor.py's, on both)",
+    "tests/test_layout.py": "the package's import structure",
+}
 TEST_ACCELERATE = NEWEST_ACCELERATE
 TEST_TORCH = "2.13.0"
 TEST_TRANSFORMERS = "5.24.0"  # accelerate 1.x imports transformers when present; pinned, not floated

@@ -1,47 +1,198 @@
-"""Reading the plain data of a torch checkpoint file without torch, without running its pickle, without its tensors.
+"""Reading the data of a torch checkpoint file without torch, and without running any of its pickle.
 
-``torch.load(weights_only=False)``, which DeepSpeed uses, calls whatever the file's pickle names. Here every
-global the pickle names goes through ``find_class``: an explicit allow-list maps the names torch writes for
-tensors, storages, dtypes and sizes (read off real DeepSpeed checkpoints with ``pickletools``) and a few
-plain containers to inert stand-ins of this module, and any other name is refused before anything of it is
-imported or called. A storage is never read: ``persistent_load`` returns a stand-in that knows its dtype
-name and element count, so the cost is the pickle's size, whatever the tensors weigh. Standard library only.
+``torch.load(weights_only=False)``, which DeepSpeed uses, imports and calls whatever the file's pickle names. This
+reader imports and calls nothing the file names. Every global becomes a stand-in class of this module that keeps
+the module and name and nothing else, and what the pickle would do with it (a call by ``REDUCE``, ``NEWOBJ`` or
+``OBJ``, a ``BUILD``, items set or appended) is recorded on a stand-in instance as data. So a checkpoint holding
+numpy's rng state, an ``argparse.Namespace`` or a dataclass of the user's reads like any other, and one naming
+``os.system`` runs nothing. A few names are read for what they mean, by functions of this module that only look
+at data: torch's tensor rebuilds (a tensor is its shape and storage dtype; no storage is read),
+``collections.OrderedDict``, ``torch.Size``, sets and ``_codecs.encode``.
 
-Both formats torch writes: the zip archive (``<name>/data.pkl`` beside ``<name>/data/N``, torch 1.6 and
-newer) and the legacy one (four pickles in a row, then the raw storages, which are never read).
+Bounds, so that a hostile or broken file costs seconds and tens of MB at most (``BOUNDS``): the bytes of a pickle
+(a zip member's declared size and the bytes it really holds, read in chunks), and a scan of its opcodes before
+anything is built (opcodes, objects built, stack depth, memo indices, distinct globals, digits of a number in
+text). Past a bound the file is ``Unreadable``, naming the bound. Nesting is bounded where the data is used
+(``plain``): the unpickler itself builds deep nests without recursion.
+
+Both formats torch writes: the zip archive (``<name>/data.pkl`` beside ``<name>/data/N``, torch 1.6 and newer) and
+the legacy one (four pickles in a row, then the raw storages, which are never read). Standard library only.
 """
 
 from __future__ import annotations
 
+import _compat_pickle
+import io
+import math
+import os
 import pickle
+import pickletools
+import stat
 import zipfile
-from collections import OrderedDict
-from typing import IO, Any
+from typing import IO, Any, Callable, cast
 
 # torch.serialization.MAGIC_NUMBER: the first pickle of a legacy-format file
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
-_STORAGE_NAMES = frozenset(f"{kind}Storage" for kind in (
-    "Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool", "ComplexFloat",
-    "ComplexDouble", "QInt8", "QUInt8", "QInt32", "QUInt4x2", "QUInt2x4", "Untyped"))
-_DTYPE_NAMES = frozenset((
-    "float32", "float", "float64", "double", "float16", "half", "bfloat16", "int64", "long", "int32", "int",
-    "int16", "short", "int8", "uint8", "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2",
-    "float8_e4m3fnuz", "float8_e5m2fnuz", "uint16", "uint32", "uint64"))
+MIB = 1 << 20
+# The bounds. A real model-states pickle holds ~25 opcodes and ~10 objects per tensor and ~100 bytes per tensor
+# (the tensors' data is in other zip members), so these leave room for a few hundred thousand tensors.
+BOUNDS = {
+    "pickle_bytes": 32 * MIB,  # data.pkl (declared and real), or the legacy format's leading pickles together
+    "opcodes": 4_000_000,
+    "objects": 2_000_000,  # opcodes that build a new object
+    "stack": 1_000_000,  # the unpickler's stack and marks
+    "memo": 4_000_000,  # the highest memo index (the C unpickler allocates an array that long)
+    "globals": 10_000,  # distinct names (one stand-in class each)
+    "digits": 4_300,  # a number written in text (int() of a long one is quadratic on Python 3.9)
+    "depth": 64,  # nesting of a value the audit uses (plain)
+    "values": 100_000,  # values in one value the audit uses (plain)
+}
+_CHUNK = MIB
+_MARK = pickletools.markobject
 
 
 class Unreadable(Exception):
-    """The file cannot be read as plain data; the message says why (and names a refused global)."""
+    """The file cannot be read as data; the message says why (a bound it passed is named)."""
 
 
-class Refused(Unreadable):
-    """The pickle names a global outside the allow-list: nothing of it was imported or called."""
-
-    def __init__(self, module: str, name: str) -> None:
-        super().__init__(f"its pickle names {module}.{name}, which is not plain data: refused, nothing of it ran")
-        self.global_name = f"{module}.{name}"
+class NotRegular(Unreadable):
+    """A FIFO, a device, a socket or a folder where a file was expected: never opened for reading."""
 
 
-class Storage:
+# Opening only regular files -------------------------------------------------------------------------------
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a plain file")
+
+
+def _why(error: BaseException) -> str:
+    strerror = getattr(error, "strerror", None)
+    return strerror.lower() if isinstance(strerror, str) else str(error)
+
+
+def open_regular(path: str) -> IO[bytes]:
+    """``path`` opened for reading if it is a regular file (after its symlinks); raises NotRegular or Unreadable.
+
+    The stat before the open keeps a FIFO's writer and a device's driver out of it; O_NONBLOCK keeps a FIFO that
+    replaced the file in between from blocking the open, and the fstat after it refuses that FIFO."""
+    try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegular(f"not a regular file ({_kind(mode)}): not opened")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as error:
+        raise Unreadable(f"cannot read it: {_why(error)}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegular(f"not a regular file ({_kind(mode)}): not read")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_capped(path: str, cap: int) -> bytes:
+    """The bytes of the regular file ``path``; raises Unreadable when it holds more than ``cap``."""
+    with open_regular(path) as file:
+        try:
+            data = file.read(cap + 1)
+        except OSError as error:
+            raise Unreadable(f"cannot read it: {_why(error)}") from None
+    if len(data) > cap:
+        raise Unreadable(f"holds more than {cap} bytes (the bound for this file): not read")
+    return data
+
+
+# The stand-ins ----------------------------------------------------------------------------------------------
+
+class _Global(type):
+    """The type of every stand-in class: calling one (a pickle's REDUCE) records the call and runs nothing."""
+
+    pickled_module: str
+    pickled_name: str
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        meaning = _MEANINGS.get((cls.pickled_module, cls.pickled_name))
+        if meaning is not None:
+            try:
+                return meaning(*args, **kwargs)
+            except Exception:  # not the shape torch writes: keep the call as data
+                pass
+        return cast(Any, cls).__new__(cls, *args, **kwargs)
+
+    def __repr__(cls) -> str:
+        return f"<{cls.pickled_module}.{cls.pickled_name}>"
+
+
+class StandIn(metaclass=_Global):
+    """What the pickle built from a name: the arguments it was called with, and what was set on it after."""
+
+    pickled_module, pickled_name = "", "?"
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> StandIn:  # NEWOBJ calls this directly, bypassing __call__
+        made = object.__new__(cls)
+        made.args, made.kwargs = args, kwargs
+        made.state, made.items, made.elements = None, [], []
+        return made
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    state: Any
+    items: list[tuple[Any, Any]]
+    elements: list[Any]
+
+    @property
+    def name(self) -> str:
+        return f"{self.pickled_module}.{self.pickled_name}"
+
+    def __setstate__(self, state: Any) -> None:  # BUILD
+        self.state = state
+
+    def __setitem__(self, key: Any, value: Any) -> None:  # SETITEM(S) on a dict-like object
+        self.items.append((key, value))
+
+    def append(self, value: Any) -> None:  # APPEND(S) on a list-like object
+        self.elements.append(value)
+
+    def extend(self, values: Any) -> None:
+        self.elements.extend(values)
+
+    def add(self, value: Any) -> None:  # ADDITEMS on a set-like object
+        self.elements.append(value)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> StandIn:  # a REDUCE whose callable the pickle built
+        return _Called(self, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<{self.name}(...)>"
+
+
+class _Called(StandIn):
+    pickled_name = "(a call)"
+
+    def __new__(cls, func: Any, args: Any, kwargs: Any) -> _Called:
+        made = cast(_Called, StandIn.__new__(cls, *args, **kwargs))
+        made.func = func
+        return made
+
+    func: Any
+
+
+class _Data:
+    """What a BUILD on one of the reader's own objects sets: kept aside, so that it cannot replace their fields."""
+
+    pickled_state: Any = None
+
+    def __setstate__(self, state: Any) -> None:
+        self.pickled_state = state
+
+
+class Storage(_Data):
     """A storage the pickle refers to: its dtype's name and element count; its bytes are never read."""
 
     def __init__(self, kind: str, numel: int) -> None:
@@ -49,126 +200,382 @@ class Storage:
         self.numel = numel
 
 
-class Tensor:
+class Persistent(_Data):
+    """A persistent id torch does not write: kept as data."""
+
+    def __init__(self, pid: Any) -> None:
+        self.pid = pid
+
+
+class Tensor(_Data):
     """A tensor's place in the data: its shape and storage dtype, no values."""
 
-    def __init__(self, storage: object = None, offset: object = 0, size: object = (), *_: object) -> None:
-        self.kind = storage.kind if isinstance(storage, Storage) else None
-        self.shape = tuple(size) if isinstance(size, (tuple, list)) else ()
-
-    def __setstate__(self, state: object) -> None:
-        pass  # a subclass's or a Parameter's extra state: not plain data we need
+    def __init__(self, kind: str | None, shape: tuple[int, ...]) -> None:
+        self.kind = kind
+        self.shape = shape
 
     def __repr__(self) -> str:
         return f"<tensor {self.kind or '?'} {list(self.shape)}>"
 
 
-class Size(tuple):  # type: ignore[type-arg]
-    """torch.Size: a tuple of ints."""
+class OrderedData(dict):  # type: ignore[type-arg]
+    """A collections.OrderedDict: its items (a dict keeps their order); a BUILD's state (torch's ``_metadata``)."""
+
+    pickled_state: Any = None
+
+    def __setstate__(self, state: Any) -> None:
+        self.pickled_state = state
 
 
-class _StorageType:
-    def __init__(self, name: str) -> None:
-        self.name = name
+def _tensor(storage: Any, offset: Any = 0, size: Any = (), *_: Any, **__: Any) -> Tensor:
+    kind = storage.kind if isinstance(storage, Storage) else None
+    shape = tuple(n for n in size if isinstance(n, int)) if isinstance(size, (tuple, list)) else ()
+    return Tensor(kind, shape)
 
 
-class _Name(str):
-    """A dtype or a device: only its name."""
-
-
-def _rebuild_tensor(*args: object) -> Tensor:
-    return Tensor(*args)
-
-
-def _rebuild_parameter(data: object, *_: object) -> object:
+def _parameter(data: Any, *_: Any) -> Any:
     return data  # a Parameter is its tensor
 
 
-def _rebuild_from_type(func: object, new_type: object, args: object, state: object = None) -> object:
-    # func is one of this module's stand-ins: only find_class can have produced a callable
-    return func(*args) if callable(func) and isinstance(args, tuple) else Tensor()
+def _from_type(func: Any, new_type: Any, args: Any, state: Any = None) -> Any:
+    # only find_class makes a callable here: func is a stand-in class, so this calls nothing of the file's
+    if isinstance(func, _Global) and isinstance(args, tuple):
+        return func(*args)
+    raise TypeError("not torch's shape")
 
 
-def _device(*args: object) -> _Name:
-    return _Name(":".join(str(a) for a in args))
+def _ordered(*args: Any) -> OrderedData:
+    return OrderedData(*args)  # () or a list of pairs: data only
 
 
-_ALLOWED: dict[tuple[str, str], Any] = {
-    ("collections", "OrderedDict"): OrderedDict,
-    ("builtins", "set"): set, ("__builtin__", "set"): set,
-    ("builtins", "frozenset"): frozenset, ("__builtin__", "frozenset"): frozenset,
-    ("torch", "Size"): Size,
+def _set(items: Any = ()) -> set[Any]:
+    return set(items) if isinstance(items, (list, tuple)) else set()
+
+
+def _frozenset(items: Any = ()) -> frozenset[Any]:
+    return frozenset(_set(items))
+
+
+def _size(items: Any = ()) -> tuple[Any, ...]:
+    if not isinstance(items, (list, tuple)):
+        raise TypeError("not a shape")
+    return tuple(items)
+
+
+def _encode(text: Any, encoding: Any = "latin1") -> bytes:  # protocol 2's bytes: _codecs.encode(str, 'latin1')
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise TypeError("not protocol 2's bytes")
+    return text.encode("latin1")
+
+
+def _device(*args: Any) -> str:
+    return ":".join(str(a) for a in args if isinstance(a, (str, int)))
+
+
+# what a few names mean, as data; every other name stays a stand-in
+_MEANINGS: dict[tuple[str, str], Callable[..., Any]] = {
+    ("torch._utils", "_rebuild_tensor"): _tensor,
+    ("torch._utils", "_rebuild_tensor_v2"): _tensor,
+    ("torch._utils", "_rebuild_tensor_v3"): _tensor,
+    ("torch._utils", "_rebuild_parameter"): _parameter,
+    ("torch._utils", "_rebuild_parameter_with_state"): _parameter,
+    ("torch._tensor", "_rebuild_from_type_v2"): _from_type,
+    ("torch", "Size"): _size,
     ("torch", "device"): _device,
-    ("torch", "Tensor"): Tensor,
-    ("torch.nn.parameter", "Parameter"): Tensor,
-    ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
-    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
-    ("torch._utils", "_rebuild_tensor_v3"): _rebuild_tensor,
-    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
-    ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
-    ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type,
+    ("collections", "OrderedDict"): _ordered,
+    ("builtins", "set"): _set, ("__builtin__", "set"): _set,
+    ("builtins", "frozenset"): _frozenset, ("__builtin__", "frozenset"): _frozenset,
+    ("_codecs", "encode"): _encode,
 }
 
 
-class _Unpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        allowed = _ALLOWED.get((module, name))
-        if allowed is not None:
-            return allowed
-        if module == "torch" and name in _STORAGE_NAMES:
-            return _StorageType(name)
-        if module == "torch" and name in _DTYPE_NAMES:
-            return _Name(name)
-        raise Refused(module, name)
+# The scan before the load ---------------------------------------------------------------------------------
 
-    def persistent_load(self, pid: Any) -> Storage:
-        # zip: ('storage', type, key, location, numel); legacy: (..., size, view_metadata)
-        if not isinstance(pid, tuple) or len(pid) < 5 or pid[0] != "storage":
-            raise Unreadable(f"a persistent id torch does not write: {str(pid)[:80]}")
-        kind = pid[1].name if isinstance(pid[1], _StorageType) else str(pid[1])
-        return Storage(kind, pid[4] if isinstance(pid[4], int) else 0)
+# what the scan needs of an opcode, from pickletools' own description of each
+_PLAIN, _FIXED, _LINE, _NUMBER, _PAIR, _COUNTED = range(6)
+_MEMO_PUT, _MEMOIZE, _NAMED, _STACK_NAMED, _MARK_OP, _STOP = range(1, 7)
+_COUNTS = {pickletools.TAKEN_FROM_ARGUMENT1: (1, False), pickletools.TAKEN_FROM_ARGUMENT4: (4, True),
+           pickletools.TAKEN_FROM_ARGUMENT4U: (4, False), pickletools.TAKEN_FROM_ARGUMENT8U: (8, False)}
 
 
-def _load(stream: IO[bytes]) -> Any:
+def _table() -> list[tuple[Any, ...] | None]:
+    """Per opcode byte: how its argument is read (kind, width, signed), the stack items it pops (or the index of
+    the mark it pops to) and pushes, whether it builds a new object, and what else the scan tracks of it."""
+    table: list[tuple[Any, ...] | None] = [None] * 256
+    reuse = {"DUP", "GET", "BINGET", "LONG_BINGET", "MARK", "NONE", "NEWTRUE", "NEWFALSE", "MEMOIZE",
+             "READONLY_BUFFER"}
+    special = {"PUT": _MEMO_PUT, "BINPUT": _MEMO_PUT, "LONG_BINPUT": _MEMO_PUT, "MEMOIZE": _MEMOIZE,
+               "GLOBAL": _NAMED, "INST": _NAMED, "STACK_GLOBAL": _STACK_NAMED, "MARK": _MARK_OP, "STOP": _STOP}
+    for op in pickletools.opcodes:
+        arg = op.arg
+        width, signed = 0, False
+        if arg is None:
+            kind = _PLAIN
+        elif arg.n == pickletools.UP_TO_NEWLINE:
+            kind = _PAIR if arg.name == "stringnl_noescape_pair" else \
+                _NUMBER if arg.name in ("decimalnl_short", "decimalnl_long", "floatnl") else _LINE
+        elif arg.n in _COUNTS:
+            kind = _COUNTED
+            width, signed = _COUNTS[arg.n]
+        else:
+            kind, width = _FIXED, arg.n
+        before, after = list(op.stack_before), list(op.stack_after)
+        to_mark = before.index(_MARK) if _MARK in before else -1
+        table[op.code.encode("latin-1")[0]] = (
+            op.name, kind, width, signed, len(before), to_mark, len(after), bool(after) and op.name not in reuse,
+            special.get(op.name, 0))
+    return table
+
+
+_OPCODES = _table()
+
+
+def scan(data: bytes, start: int = 0) -> int:
+    """Check one pickle in ``data`` from ``start`` against BOUNDS without building anything; returns where it ends.
+
+    Raises Unreadable naming the bound it passes, or what is damaged. About a microsecond per opcode."""
+    end = len(data)
+    limits = BOUNDS
+    max_opcodes, max_objects, max_stack = limits["opcodes"], limits["objects"], limits["stack"]
+    max_memo, max_globals, digits = limits["memo"], limits["globals"], limits["digits"]
+    table = _OPCODES
+    pos, opcodes, objects, depth, memo = start, 0, 0, 0, 0
+    marks: list[int] = []
+    names: set[bytes] = set()
     try:
-        return _Unpickler(stream).load()
+        while True:
+            code = data[pos]
+            pos += 1
+            entry = table[code]
+            if entry is None:
+                raise Unreadable(f"its pickle is damaged (an unknown opcode {code:#04x} at byte {pos - 1})")
+            name, kind, width, signed, pops, to_mark, pushes, builds, special = entry
+            opcodes += 1
+            value = b""
+            if kind == _FIXED:
+                if pos + width > end:
+                    raise IndexError
+                value = data[pos:pos + width]
+                pos += width
+            elif kind == _COUNTED:
+                length = int.from_bytes(data[pos:pos + width], "little", signed=signed)
+                pos += width
+                if length < 0 or pos + length > end:
+                    raise IndexError
+                pos += length
+            elif kind == _NUMBER:
+                stop = data.find(b"\n", pos, pos + digits + 2)
+                if stop < 0:
+                    if data.find(b"\n", pos) < 0:
+                        raise IndexError
+                    raise Unreadable(f"its pickle writes a number of more than {digits} digits (a bound of the "
+                                     "audit): not read")
+                value = data[pos:stop]
+                pos = stop + 1
+            elif kind != _PLAIN:  # one line, or two for GLOBAL and INST
+                stop = data.find(b"\n", pos)
+                if kind == _PAIR and stop >= 0:
+                    stop = data.find(b"\n", stop + 1)
+                if stop < 0:
+                    raise IndexError
+                value = data[pos:stop]
+                pos = stop + 1
+            if special:
+                if special in (_MEMO_PUT, _MEMOIZE):
+                    index = memo if special == _MEMOIZE else _memo_index(name, value)
+                    if index > max_memo:
+                        raise Unreadable(f"its pickle uses memo index {index}, past {max_memo} (a bound of the "
+                                         "audit): not read")
+                    memo = max(memo, index + 1)
+                elif special in (_NAMED, _STACK_NAMED):
+                    names.add(value if special == _NAMED else b"%d" % opcodes)  # a STACK_GLOBAL counts as new
+                    if len(names) > max_globals:
+                        raise Unreadable(f"its pickle names more than {max_globals} globals (a bound of the "
+                                         "audit): not read")
+            if to_mark >= 0:
+                depth = marks.pop() - to_mark
+            else:
+                depth -= pops
+            if depth < 0:
+                raise Unreadable("its pickle is damaged (an opcode pops more than the stack holds)")
+            if special == _MARK_OP:
+                marks.append(depth)
+            else:
+                depth += pushes
+            if special == _STOP:
+                return pos
+            if builds:
+                objects += 1
+                if objects > max_objects:
+                    raise Unreadable(f"its pickle builds more than {max_objects} objects (a bound of the audit): "
+                                     "not read")
+            if opcodes > max_opcodes:
+                raise Unreadable(f"its pickle has more than {max_opcodes} opcodes (a bound of the audit): not read")
+            if depth + len(marks) > max_stack:
+                raise Unreadable(f"its pickle's stack grows past {max_stack} items (a bound of the audit): "
+                                 "not read")
+    except IndexError:  # data[pos] past the end, or marks.pop() with no mark
+        raise Unreadable("its pickle is damaged (it ends early, or an opcode needs a mark that is not there)") \
+            from None
+
+
+def _memo_index(name: str, value: bytes) -> int:
+    if name == "PUT":
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise Unreadable("its pickle is damaged (a PUT without its index)") from None
+    return int.from_bytes(value, "little")
+
+
+# The load ---------------------------------------------------------------------------------------------------
+
+class _Reader(pickle.Unpickler):
+    def __init__(self, file: IO[bytes]) -> None:
+        super().__init__(file, encoding="utf-8", errors="replace")
+        self._globals: dict[tuple[str, str], _Global] = {}
+
+    def find_class(self, module: str, name: str) -> Any:
+        # nothing is imported: a class of our own that keeps the two names (Python 2's names as Python 3 reads
+        # them, as the standard unpickler's fix_imports does: protocol 2 writes subprocess.Popen as commands.Popen)
+        key = (str(module), str(name))
+        key = _compat_pickle.NAME_MAPPING.get(key, (_compat_pickle.IMPORT_MAPPING.get(key[0], key[0]), key[1]))
+        found = self._globals.get(key)
+        if found is None:
+            found = _Global("StandIn", (StandIn,), {"pickled_module": key[0], "pickled_name": key[1],
+                                                    "__module__": __name__})
+            self._globals[key] = found
+        return found
+
+    def persistent_load(self, pid: Any) -> Any:
+        # zip: ('storage', type, key, location, numel); legacy: (..., size, view_metadata)
+        if isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage":
+            kind = pid[1].pickled_name if isinstance(pid[1], _Global) else str(pid[1])
+            return Storage(kind, pid[4] if isinstance(pid[4], int) else 0)
+        return Persistent(pid)
+
+
+def loads(data: bytes, start: int = 0) -> tuple[Any, int]:
+    """The value of the pickle at ``start`` in ``data`` and where it ends; scanned against BOUNDS first."""
+    stop = scan(data, start)
+    try:
+        return _Reader(io.BytesIO(data[start:stop] if start or stop != len(data) else data)).load(), stop
     except Unreadable:
         raise
-    except Exception as error:  # a truncated or malformed pickle
-        raise Unreadable(f"its pickle is damaged ({type(error).__name__}: {error})") from None
+    except Exception as error:  # a malformed pickle: the unpickler's own message
+        raise Unreadable(f"its pickle is damaged ({type(error).__name__}: {str(error)[:200]})") from None
 
 
 def load(path: str) -> Any:
-    """The plain data of the torch checkpoint at ``path``; raises Unreadable (Refused for a global not allowed)."""
-    try:
-        with open(path, "rb") as file:
+    """The data of the torch checkpoint at ``path``; raises Unreadable (NotRegular for a FIFO, device, ...)."""
+    with open_regular(path) as file:
+        try:
             head = file.read(4)
             if head.startswith(b"PK"):
                 return _load_zip(file)
             if head[:1] == b"\x80":
                 file.seek(0)
                 return _load_legacy(file)
-    except OSError as error:
-        raise Unreadable(f"cannot read it: {error.strerror or error}") from None
+        except (OSError, EOFError) as error:
+            raise Unreadable(f"cannot read it: {_why(error)}") from None
     raise Unreadable("not a torch checkpoint (neither torch's zip nor its legacy format)")
 
 
 def _load_zip(file: IO[bytes]) -> Any:
+    cap = BOUNDS["pickle_bytes"]
     try:
-        archive = zipfile.ZipFile(file)
-    except zipfile.BadZipFile as error:
-        raise Unreadable(f"a damaged zip archive ({error})") from None
-    with archive:
-        names = [n for n in archive.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
-        if len(names) != 1:
-            raise Unreadable("a zip archive without torch's <name>/data.pkl")
-        with archive.open(names[0]) as stream:
-            return _load(stream)
+        with zipfile.ZipFile(file) as archive:
+            infos = [i for i in archive.infolist() if i.filename.endswith("/data.pkl") and i.filename.count("/") == 1]
+            if len(infos) != 1:
+                raise Unreadable("a zip archive without torch's <name>/data.pkl")
+            info = infos[0]
+            if info.flag_bits & 0x1:
+                raise Unreadable("its data.pkl is encrypted (torch never encrypts): not read")
+            if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                raise Unreadable(f"its data.pkl is compressed with method {info.compress_type} (torch stores it "
+                                 "plain): not read")
+            if info.file_size > cap:
+                raise Unreadable(f"its data.pkl declares {info.file_size} bytes, past {cap} (a bound of the "
+                                 "audit): not read")
+            chunks: list[bytes] = []
+            total = 0
+            with archive.open(info) as stream:
+                while True:
+                    chunk = stream.read(_CHUNK)
+                    if not chunk:
+                        break
+                    total += len(chunk)
+                    if total > cap:
+                        raise Unreadable(f"its data.pkl holds more than {cap} bytes (a bound of the audit; it "
+                                         f"declared {info.file_size}): not read")
+                    chunks.append(chunk)
+    except Unreadable:
+        raise
+    except Exception as error:  # BadZipFile, a broken local header, a CRC error, zlib's errors
+        raise Unreadable(f"a damaged zip archive ({type(error).__name__}: {str(error)[:200]})") from None
+    data = b"".join(chunks)
+    del chunks
+    return loads(data)[0]
 
 
 def _load_legacy(file: IO[bytes]) -> Any:
-    if _load(file) != LEGACY_MAGIC:
-        raise Unreadable("a pickle, but not a torch checkpoint (no torch magic number)")
-    _load(file)  # the protocol version
-    _load(file)  # sys_info: byte order and type sizes; the storages are not read
-    return _load(file)
+    # the four pickles lie at the head of the file; the storages after them are never read
+    data = file.read(BOUNDS["pickle_bytes"])
+    at = 0
+    values = []
+    for _ in range(4):
+        try:
+            value, at = loads(data, at)
+        except Unreadable as error:
+            if len(data) == BOUNDS["pickle_bytes"] and "ends before" in str(error):
+                raise Unreadable(f"its pickles take more than {BOUNDS['pickle_bytes']} bytes (a bound of the "
+                                 "audit): not read") from None
+            raise
+        values.append(value)
+        if len(values) == 1 and value != LEGACY_MAGIC:
+            raise Unreadable("a pickle, but not a torch checkpoint (no torch magic number)")
+    return values[3]
+
+
+# Plain data for the audit's report ------------------------------------------------------------------------
+
+def plain(value: Any) -> Any:
+    """``value`` as plain JSON data: dicts with string keys, lists, strings, finite numbers, booleans, None.
+
+    A tensor, a stand-in, bytes or a non-finite number become a string that says what it was; a set a list.
+    Raises Unreadable past BOUNDS' depth or values (a deep nest, a huge list), without recursing further."""
+    budget = [BOUNDS["values"]]
+    return _plain(value, 0, budget)
+
+
+def _plain(value: Any, depth: int, budget: list[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise Unreadable(f"a value of more than {BOUNDS['values']} items (a bound of the audit)")
+    if depth > BOUNDS["depth"]:
+        raise Unreadable(f"a value nested deeper than {BOUNDS['depth']} (a bound of the audit)")
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if value.bit_length() <= 63 else f"<an int of {value.bit_length()} bits>"
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, str):
+        return value if len(value) <= 1000 else value[:1000] + "..."
+    if isinstance(value, dict):
+        return {_key(k): _plain(v, depth + 1, budget) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v, depth + 1, budget) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, (Tensor, StandIn, _Global)):
+        return repr(value)
+    return f"<{type(value).__name__}>"
+
+
+def _key(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, (bool, float)) or (isinstance(key, int) and key.bit_length() <= 63):
+        return str(key)
+    return repr(key) if isinstance(key, (Tensor, StandIn, _Global)) else f"<{type(key).__name__}>"

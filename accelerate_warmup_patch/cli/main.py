@@ -20,7 +20,8 @@ exit codes:
   1  doctor --strict: an affected job would run unpatched, or ACCELERATE_WARMUP_PATCH holds a value it
      does not accept; demo: the patched run did not start at the warmup lr; audit: a run is affected
   2  usage error, an unreadable --config, or what demo needs is missing (torch, DeepSpeed, matplotlib);
-     audit: a PATH with no readable DeepSpeed checkpoint
+     audit: no run is affected, and something could not be read (a PATH with no DeepSpeed checkpoint, an
+     unreadable run, a folder that cannot be listed)
   141  the reader closed the output early (`| head`): the rest is dropped, nothing is printed, as for a tool
      that SIGPIPE ends (128 + 13)"""
 BROKEN_PIPE = 141
@@ -54,9 +55,11 @@ said on stderr while it runs), and prints its status(): mode, wrappers, verdicts
 AUDIT = """\
 Reads the DeepSpeed checkpoints of finished runs (each PATH: a checkpoint folder with `latest`, one tag
 folder, a Trainer output folder, or a folder of many runs, searched) and says per run, from its newest
-tag: the release that wrote it, its scheduler, the lr optimizer step 0 ran at and the lr DeepSpeed 0.19.8
-runs it at, and a verdict: affected, not affected, unknown or unreadable. No checkpoint code runs (plain
-data only) and no tensor is read; needs neither torch nor deepspeed."""
+tag: the release that wrote it, its scheduler, the lr optimizer step 0 ran at (from its earliest save, and
+the record a patched run left there) and the lr DeepSpeed 0.19.8 runs it at, and a verdict: affected, not
+affected, unknown or unreadable (skipped: a symlinked folder, not followed). Nothing a checkpoint's pickle
+names is imported or run, no tensor is read, every read is bounded; needs neither torch nor deepspeed. A
+ds_config saved as a path is read when absolute, or relative under --config-root."""
 
 
 PYTHON_FLAGS = ("the job's own interpreter flags, as one word with '=' (--python-flags=-S, --python-flags='-X dev'): "
@@ -110,6 +113,8 @@ def _parser() -> argparse.ArgumentParser:
                                 description=AUDIT, formatter_class=raw)
     audit.add_argument("paths", metavar="PATH", nargs="+", help="a checkpoint, tag, Trainer output or runs folder")
     audit.add_argument("--json", action="store_true", help="a JSON list, one object per run, on stdout")
+    audit.add_argument("--config-root", metavar="DIR",
+                       help="the job's working directory: where a ds_config saved as a relative path is read")
     for sub in (doctor, demo, status, audit):
         sub.set_defaults(parser=sub)  # a typo among its options prints its own usage
     return parser
@@ -140,7 +145,7 @@ def _run(argv: list[str] | None) -> int:
     if args.command == "audit":
         from . import audit as audit_module
 
-        return audit_module.main(args.paths, as_json=args.json)
+        return audit_module.main(args.paths, as_json=args.json, config_root=args.config_root)
     if args.command == "demo":
         from . import demo as demo_module
 

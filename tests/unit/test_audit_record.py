@@ -1,0 +1,173 @@
+"""`audit` reads the record a patched run leaves (accelerate_warmup_patch.json in the tag folder, record 1) and
+judges step 0 as it happened: from the earliest save present, naming both releases where a run folder holds saves
+of two, and saying so where no optimizer step ran. Synthetic checkpoints of DeepSpeed 0.15.2 (step 0 at the
+optimizer's lr 0.001, 0.19.8 at warmup_min_lr 0.0) and 0.19.8, written with the standard library alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[2]))
+import audit_files as files
+
+from accelerate_warmup_patch.cli import audit as audit_cli
+
+
+def record(step0: str | None, before: list[float] | None = None, after: list[float] | None = None,
+           mode: str = "reset", deepspeed: str = "0.15.2", **extra: Any) -> dict[str, Any]:
+    """A record as the contract in issue 35 words it (written by the runtime's `mark`)."""
+    scheduler = None if step0 is None else {"class": "WarmupLR", "step0": step0, "lrs_before": before,
+                                            "lrs_after": after, "why": "one plain sentence"}
+    return {"record": 1, "package": "accelerate-warmup-patch", "version": "0.5.0", "mode": mode,
+            "deepspeed": deepspeed, "reference": "0.19.8", "global_steps": 6, "scheduler": scheduler, **extra}
+
+
+def audit(*paths: Path, text: bool = False) -> tuple[int, Any]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = audit_cli.main([str(p) for p in paths], as_json=not text)
+    return code, (out.getvalue() if text else json.loads(out.getvalue()))
+
+
+def one(path: Path) -> tuple[int, dict[str, Any]]:
+    code, reports = audit(path)
+    assert len(reports) == 1, reports
+    return code, reports[0]
+
+
+def test_a_run_the_patch_fixed_is_not_affected_with_step0_as_the_patch_set_it(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "run", record=record("fixed", [0.001], [0.0]))
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "not affected" and code == 0, report
+    assert report["why"].startswith("fixed by accelerate-warmup-patch 0.5.0 (reset)"), report
+    assert report["step0_lr"] == 0.0 and report["step0_lrs"] == [0.0]
+    assert report["record"]["scheduler"]["step0"] == "fixed" and report["record"]["mode"] == "reset"
+    _, text = audit(tmp_path / "run", text=True)
+    assert "record: accelerate-warmup-patch 0.5.0 (reset) on DeepSpeed 0.15.2: WarmupLR step 0 fixed" in text
+
+
+def test_a_warn_run_is_affected_warned_not_fixed(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "run", record=record("warned", [0.001], [0.0], mode="warn"))
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "affected" and "warned, not fixed" in report["why"] and code == 1, report
+    assert report["step0_lr"] == 0.001
+
+
+def test_as_release_is_not_affected_with_the_recorded_lrs(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "run", version="0.19.8", record=record("as-release", [0.0], [0.0],
+                                                                       deepspeed="0.19.8"))
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "not affected" and "found nothing to change" in report["why"] and code == 0
+    assert report["step0_lrs"] == [0.0]
+
+
+@pytest.mark.parametrize(("version", "verdict"), [("0.15.2", "unknown"), ("0.19.8", "not affected")])
+def test_step0_in_an_earlier_process_is_unknown_unless_the_table_alone_decides(tmp_path: Path, version: str,
+                                                                             verdict: str) -> None:
+    files.write_run(tmp_path / "run", version=version, record=record("earlier-process", deepspeed=version))
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == verdict, report
+    if verdict == "unknown":
+        assert "earlier process whose save is not here" in report["why"] and report["step0_lr"] is None
+
+
+@pytest.mark.parametrize("step0", ["left", "unknown"])
+def test_left_and_unknown_are_judged_as_an_unpatched_run(tmp_path: Path, step0: str) -> None:
+    files.write_run(tmp_path / "run", record=record(step0, [0.001] if step0 == "left" else None))
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "affected" and report["step0_lr"] == 0.001 and code == 1, report
+    assert any(f"recorded step 0 as {step0!r}" in note for note in report["notes"]), report
+
+
+def test_no_record_is_judged_as_today(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "run")
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "affected" and report["record"] is None and code == 1
+    assert any("step 0 ran before the save global_step6" in note for note in report["notes"]), report
+
+
+@pytest.mark.parametrize("content", [
+    json.dumps(record("fixed", [0.001], [0.0], record=2)),
+    json.dumps({**record("fixed", [0.001], [0.0]), "package": "another"}),
+    json.dumps(record("fixed", [0.001], ["zero"])),
+    json.dumps(record("mended", [0.001], [0.0])),
+    "{not json",
+    "[" * 100_000,
+    json.dumps(record("fixed", [0.001], [0.0])) + " " * 70_000,
+    "FIFO",
+])
+def test_a_malformed_record_is_ignored_with_a_note(tmp_path: Path, content: str) -> None:
+    files.write_run(tmp_path / "run")
+    path = tmp_path / "run" / "global_step6" / "accelerate_warmup_patch.json"
+    if content == "FIFO":
+        os.mkfifo(path)
+    else:
+        path.write_text(content)
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "affected" and report["record"] is None and code == 1, report
+    assert any("accelerate_warmup_patch.json: ignored" in note for note in report["notes"]), report
+
+
+def test_unknown_keys_of_a_record_are_ignored(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "run", record=record("fixed", [0.001], [0.0], later_key={"x": 1}))
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "not affected", report
+
+
+def test_a_run_with_no_optimizer_step_says_so(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "run", tag="global_step0", global_steps=0)
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "not affected" and "0 optimizer steps" in report["why"] and code == 0, report
+    assert report["step0_lr"] is None and report["step0_lrs"] is None
+
+
+def test_a_run_saved_at_step_0_and_later_is_judged_from_its_first_save_with_steps(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "run", tag="global_step0", global_steps=0, version="0.19.8", latest=False)
+    files.write_run(tmp_path / "run", tag="global_step6")
+    _, report = one(tmp_path / "run")
+    assert report["step0_deepspeed_version"] == "0.15.2", report  # step 0 ran after the save at step 0
+    assert report["verdict"] == "affected" and report["step0_lr"] == 0.001, report
+
+
+def test_saves_of_two_releases_judge_step0_from_the_earliest_and_name_both(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "run", tag="global_step3", global_steps=3, latest=False)
+    files.write_run(tmp_path / "run", tag="global_step6", version="0.19.8")
+    code, report = one(tmp_path / "run")
+    assert report["deepspeed_version"] == "0.19.8" and report["step0_deepspeed_version"] == "0.15.2", report
+    assert report["verdict"] == "affected" and report["step0_lr"] == 0.001 and code == 1, report
+    assert report["checkpoint"].endswith("global_step6/mp_rank_00_model_states.pt")
+    assert report["step0_checkpoint"].endswith("global_step3/mp_rank_00_model_states.pt")
+    assert any("0.15.2 (global_step3" in note and "0.19.8 (global_step6" in note for note in report["notes"])
+    _, text = audit(tmp_path / "run", text=True)
+    assert "0.15.2->0.19.8" in text and "step 0 from" in text
+
+
+def test_a_trainer_run_resumed_on_a_newer_release_is_judged_from_its_first_checkpoint(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "out" / "checkpoint-3", tag="global_step3", global_steps=3)
+    files.write_run(tmp_path / "out" / "checkpoint-6", tag="global_step6", version="0.19.8")
+    _, report = one(tmp_path / "out")
+    assert report["path"] == str(tmp_path / "out") and report["step0_deepspeed_version"] == "0.15.2", report
+    assert report["verdict"] == "affected" and report["step0_lr"] == 0.001
+
+
+def test_the_cosine_past_total_steps_is_judged_on_the_newest_save(tmp_path: Path) -> None:
+    """0.19.3 holds cos_min_ratio past total_num_steps: the last steps, which the newest save saw, decide."""
+    cosine = {"type": "WarmupCosineLR", "params": {"warmup_min_ratio": 0.0, "warmup_num_steps": 3,
+                                                   "total_num_steps": 8, "warmup_type": "linear"}}
+    for newest, verdict in (("0.18.9", "affected"), ("0.19.8", "not affected")):
+        run = tmp_path / newest
+        files.write_run(run, tag="global_step3", global_steps=3, version="0.19.8", scheduler=cosine, latest=False)
+        files.write_run(run, tag="global_step20", global_steps=20, version=newest, scheduler=cosine)
+        _, report = one(run)
+        assert report["step0_deepspeed_version"] == "0.19.8" and report["verdict"] == verdict, report
+        assert ("total_num_steps" in report["why"]) == (verdict == "affected"), report
