@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from . import failures, log, releases, schedules, wrapping
+from . import failures, log, marks, releases, schedules, wrapping
 from .settings import ENV_MODE, Mode
 from .state import STATE
 
@@ -92,10 +92,14 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
             at_construction: bool) -> None:
     name = schedules.class_name(scheduler)
     version = wrapping.deepspeed_version()
-    if name is None or not releases.built_wrong(name, version):
+    if name is None:
+        return
+    if not releases.built_wrong(name, version):  # nothing to change: the record says how the patch found it
+        marks.note(scheduler, _as_release(scheduler, name, version), first_only=True)
         return
     STATE.settled.add(scheduler)  # decided: a later net says nothing more about it
     if not schedules.is_fresh(scheduler):
+        marks.note(scheduler, marks.earlier_process(scheduler, "it had stepped or was restored when the patch saw it"))
         if not at_construction:  # built at a later iteration, the newest release too leaves its lr
             _name_unsettled(scheduler, name, version)
         return
@@ -103,22 +107,56 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
     changed = schedules.change(
         scheduler, key="start", what=f"starting {name} where DeepSpeed {releases.BEHAVIOR_REFERENCE} starts it",
         action=lambda: _build_as_newest(scheduler, name, construction, version, peak_known),
-        consequence="that scheduler runs exactly as unpatched (this warning is not repeated)", all_groups=warn)
+        consequence="that scheduler runs exactly as unpatched (this warning is not repeated)", all_groups=True)
     if changed is None:  # it failed, was undone and reported
+        marks.note(scheduler, marks.Step0(marks.LEFT, marks.group_lrs(scheduler), None, "the patch failed to start "
+                                          f"it as DeepSpeed {releases.BEHAVIOR_REFERENCE} does and left it as "
+                                          f"DeepSpeed {version} made it"))
         return
-    moved = [(i, old, new) for i, old, new in changed.moved if old != new]
-    new_peak = changed.result
+    changes = changed.moved
+    moved = [(i, old, new) for i, old, new in changes if old != new]
+    new_peak = changed.result if isinstance(changed.result, tuple) else None
+    peak_unknown = changed.result if isinstance(changed.result, str) else None  # why it is left as the release set it
+    before, after = [old for _, old, _ in changes], [new for *_, new in changes]
     if warn and (moved or new_peak):
         STATE.would_fix += 1
-        _warn_instead(scheduler, name, version, changed.moved, new_peak)
+        _warn_instead(scheduler, name, version, changes, new_peak, peak_unknown)
+        marks.note(scheduler, marks.Step0(marks.WARNED, before, after, f"warn mode: reset would have set "
+                                          f"{_what(moved, new_peak)} as DeepSpeed {releases.BEHAVIOR_REFERENCE} does "
+                                          f"({_why(name, version)}); nothing was changed"))
         return
+    if peak_unknown is not None:
+        _peak_left(scheduler, name, peak_unknown)
     if moved:
         log.info("%s: %s %s (%s)", name, schedules.said(moved), when, _why(name, version))
     if moved or new_peak:
         STATE.fixes += 1
+        marks.note(scheduler, marks.Step0(marks.FIXED, before, after, f"the patch set {_what(moved, new_peak)} as "
+                                          f"DeepSpeed {releases.BEHAVIOR_REFERENCE} does ({_why(name, version)})"))
+    elif peak_unknown is not None:
+        marks.note(scheduler, marks.Step0(marks.LEFT, after, None, f"its default peak lr is left as DeepSpeed "
+                                          f"{version} set it ({peak_unknown})"))
+    else:
+        marks.note(scheduler, marks.Step0(marks.AS_RELEASE, after, after, f"its start already agreed with DeepSpeed "
+                                          f"{releases.BEHAVIOR_REFERENCE}'s: nothing to change"))
 
 
-def _warn_instead(scheduler: Any, name: str, version: str, changes: list[schedules.Moved], peak: Peak | None) -> None:
+def _what(moved: list[schedules.Moved], peak: Peak | None) -> str:
+    """What reset mode changes of a scheduler, for the record: its start lr, its default peak lr, or both."""
+    return " and ".join(part for part, done in (("its start lr", moved), ("its default peak lr", peak)) if done)
+
+
+def _as_release(scheduler: Any, name: str, version: str) -> marks.Step0:
+    """A scheduler of a class this release builds as the newest does, as the patch first found it."""
+    if not schedules.is_fresh(scheduler):
+        return marks.earlier_process(scheduler, "it had stepped or was restored when the patch saw it")
+    now = marks.group_lrs(scheduler)
+    return marks.Step0(marks.AS_RELEASE, now, now, f"DeepSpeed {version} starts {name} as DeepSpeed "
+                       f"{releases.BEHAVIOR_REFERENCE} does: nothing to change")
+
+
+def _warn_instead(scheduler: Any, name: str, version: str, changes: list[schedules.Moved], peak: Peak | None,
+                  peak_unknown: str | None) -> None:
     """Warn mode: one line per scheduler, on rank 0, with what reset mode would change and nothing changed."""
     parts = []
     if any(old != new for _, old, new in changes):
@@ -128,6 +166,9 @@ def _warn_instead(scheduler: Any, name: str, version: str, changes: list[schedul
         parts.append(f"with no warmup_max_lr its peak lr is {schedules.fmt(peak[0])} (DeepSpeed {version}: "
                      f"{releases.warmup_max_lr_default(version).value}), DeepSpeed {releases.BEHAVIOR_REFERENCE}'s "
                      f"is {schedules.fmt(peak[1])} (each group's own lr)")
+    if peak_unknown is not None:  # said here, in the scheduler's one line, not in a second one
+        parts.append(f"its peak lr {schedules.fmt(list(scheduler.max_lrs))} stays ({peak_unknown}; DeepSpeed "
+                     f"{releases.BEHAVIOR_REFERENCE} would use each group's own lr if none was given)")
     log.warn_job_once(f"warn:{id(scheduler)}", "%s: %s; %s=reset fixes it", name, "; ".join(parts), ENV_MODE)
 
 
@@ -141,13 +182,15 @@ Peak = tuple[list[Any], list[Any]]
 
 
 def _build_as_newest(scheduler: Any, name: str, construction: Construction | None, version: str,
-                     peak_known: bool) -> Peak | None:
-    """What the newest constructor does after this release's: returns the peak's change, if it changed."""
+                     peak_known: bool) -> Peak | str | None:
+    """What the newest constructor does after this release's: returns the peak's change, if it changed, or why the
+    default peak could not be decided (it is left as the release set it)."""
     if releases.lacks("unknown_warmup_type", name, version) and scheduler.warmup_type not in ("log", "linear"):
-        from deepspeed.utils import logger  # DeepSpeed's own words, as 0.19.4+ logs them (PR #8151)
+        if not getattr(STATE.dry, "on", False):  # warn mode's dry run adds no line of DeepSpeed's
+            from deepspeed.utils import logger  # DeepSpeed's own words, as 0.19.4+ logs them (PR #8151)
 
-        logger.warning(f"Using unknown warmup_type: {scheduler.warmup_type}. The increasing function "
-                       f"is set to default (log)")
+            logger.warning(f"Using unknown warmup_type: {scheduler.warmup_type}. The increasing function "
+                           f"is set to default (log)")
         scheduler.warmup_type = "log"
     peak = _backport_default_peak(scheduler, name, construction, version) \
         if peak_known and releases.lacks("default_peak", name, version) else None
@@ -156,17 +199,17 @@ def _build_as_newest(scheduler: Any, name: str, construction: Construction | Non
     return peak
 
 
-def _backport_default_peak(scheduler: Any, name: str, construction: Construction | None, version: str) -> Peak | None:
-    """WarmupLR without a warmup_max_lr peaks at each group's own lr on the newest release (PR #8171)."""
+def _backport_default_peak(scheduler: Any, name: str, construction: Construction | None,
+                           version: str) -> Peak | str | None:
+    """WarmupLR without a warmup_max_lr peaks at each group's own lr on the newest release (PR #8171). Returns the
+    change, or why it could not be decided (the caller says it once)."""
     try:
-        if construction is None:
-            raise LookupError("whether it was given a warmup_max_lr is unknown")
-        new_max = newest_max_lrs(scheduler, construction)
+        if construction is None or (construction.group_lrs is None and not construction.max_lr_given):
+            new_max = _newest_max_lrs_unseen(scheduler, name, version, construction)
+        else:
+            new_max = newest_max_lrs(scheduler, construction)
     except LookupError as unknown:
-        log.warn_once(f"peak-unknown:{id(scheduler)}", "%s was built before the patch was applied (%s): its "
-                      "peak lr is left at %s; DeepSpeed %s would use each group's own lr if none was given",
-                      name, unknown, schedules.fmt(list(scheduler.max_lrs)), releases.BEHAVIOR_REFERENCE)
-        return None
+        return str(unknown)
     if new_max is None:
         return None
     old_max = list(scheduler.max_lrs)
@@ -178,6 +221,36 @@ def _backport_default_peak(scheduler: Any, name: str, construction: Construction
                       schedules.fmt(new_max), releases.BEHAVIOR_REFERENCE, version,
                       releases.warmup_max_lr_default(version).value)
     return old_max, new_max
+
+
+def _newest_max_lrs_unseen(scheduler: Any, name: str, version: str,
+                           construction: Construction | None) -> list[Any] | None:
+    """``newest_max_lrs`` for a WarmupLR whose construction the patch did not see, from what the instance shows.
+
+    Its peak lrs tell where this release's default could not have made them; a fresh scheduler of a release that
+    leaves the optimizer's lr still has its construction lrs in the groups (lr_schedules.py @ v0.9.0..v0.19.3).
+    Raises LookupError where the newest release might peak elsewhere and the instance cannot tell."""
+    peaks = [schedules.lr_value(v) for v in scheduler.max_lrs]
+    default = releases.warmup_max_lr_default(version)
+    if default is releases.MaxLrDefault.CONSTANT and any(v != 0.001 for v in peaks):
+        return None  # the default is 0.001 for every group (warmup_max_lr: float = 0.001): a peak was given
+    if default is releases.MaxLrDefault.GROUP_0 and (len(peaks) == 1 or len(set(peaks)) > 1):
+        # one group: the default, group 0's lr, is the newest's (each group's own); unequal peaks were given
+        return None
+    fact = releases.start_fact(name, version)
+    if fact is not None and fact.start is releases.Start.LEAVES_OPTIMIZER_LR and schedules.is_fresh(scheduler):
+        # the groups hold the lrs it was built with: given or not, the newest may peak where this one does
+        groups = tuple(schedules.lr_copies(scheduler.optimizer.param_groups))
+        if newest_max_lrs(scheduler, Construction(groups, max_lr_given=False)) is None:
+            return None
+    raise LookupError("whether it was given a warmup_max_lr is unknown" if construction is None else
+                      "the groups' lrs at construction are unknown")
+
+
+def _peak_left(scheduler: Any, name: str, unknown: str) -> None:
+    log.warn_once(f"peak-unknown:{id(scheduler)}", "%s was built before the patch was applied (%s): its "
+                  "peak lr is left at %s; DeepSpeed %s would use each group's own lr if none was given",
+                  name, unknown, schedules.fmt(list(scheduler.max_lrs)), releases.BEHAVIOR_REFERENCE)
 
 
 def _name_unsettled(scheduler: Any, name: str, version: str) -> None:
@@ -248,17 +321,19 @@ def _get_lr(original: Callable[..., Any], version: str) -> Callable[..., Any]:
 
 
 def _get_lr_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-    result = wrapped(*args, **kwargs)  # before the first step it logs the release's warning, as the newest does
     mode = STATE.mode  # passes through unarmed, and in warn mode outside its dry run (STATE.dry)
     if mode is None or (mode == Mode.WARN and not getattr(STATE.dry, "on", False)) or instance is None:
-        return result
+        return wrapped(*args, **kwargs)
+    # Before the first step the release's get_lr logs a warning, as the newest's does: reset and step mode let it
+    # say it where the newest does. Warn mode's dry run is no call of the user's: it adds no line of DeepSpeed's.
+    result = wrapped(*args, **kwargs) if mode != Mode.WARN else None
     try:
         if instance.last_batch_iteration < 0:
             return lr_before_start(instance, schedules.class_name(instance) or "")
     except Exception as error:
         failures.report("get_lr", what=f"get_lr() of {type(instance).__name__} before its first step", error=error,
                         consequence="get_lr() returns what this DeepSpeed returns")
-    return result
+    return wrapped(*args, **kwargs) if mode == Mode.WARN else result
 
 
 def _get_lr_ratio(original: Callable[..., Any], version: str) -> Callable[..., Any]:
@@ -280,7 +355,8 @@ def _get_lr_ratio(original: Callable[..., Any], version: str) -> Callable[..., A
                             consequence="get_lr_ratio() returns what this DeepSpeed returns")
             return wrapped()
         if before:
-            wrapped()  # the release's warning, as the newest logs it
+            if mode != Mode.WARN:  # the release's warning, as the newest logs it; warn mode's dry run adds none
+                wrapped()
             return 0.0
         return wrapped() if ratio is None else ratio
 

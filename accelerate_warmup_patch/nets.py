@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import backport, failures, log, releases, schedules, wrapping
+from . import backport, failures, log, marks, releases, schedules, wrapping
 from .settings import ENV_MODE, Mode
 from .state import STATE
 
@@ -56,6 +56,7 @@ def load_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         result = wrapped(*args, **kwargs)
         if _first_of(result) is not None and STATE.mode is not None:
             try:
+                marks.resumed(instance)  # the record: step 0 of a restored scheduler ran in an earlier process
                 if not _optimizer_lr_restored(signature, instance, args, kwargs):
                     align_after_load(instance)
             except Exception as error:
@@ -161,8 +162,19 @@ def _step_once(scheduler: Any) -> None:
                                all_groups=True)
     if changed is not None:
         STATE.fixes += 1
+        _mark_stepped(scheduler, changed.moved)
         log.info("%s: stepped once before the first optimizer step: %s (mode=step: step k uses lr(k))", name,
                  schedules.said(changed.moved))
+
+
+def _mark_stepped(scheduler: Any, changes: list[schedules.Moved]) -> None:
+    """The record: step 0 runs at the lrs of one step; before, at what the release would have used (the start lr
+    that settle changed, if it did)."""
+    settled = marks.noted(scheduler)
+    before = settled.lrs_before if settled is not None and settled.what == marks.FIXED else None
+    marks.note(scheduler, marks.Step0(marks.FIXED, before or [old for _, old, _ in changes],
+                                      [new for *_, new in changes], "step mode stepped it once before the first "
+                                      "optimizer step: step k runs at the schedule's lr(k)"))
 
 
 def align_after_load(engine: Any) -> None:

@@ -96,6 +96,9 @@ class State:
     would_fix: int = 0
     # one line per scheduler the patch saw and had to leave wrong
     not_fixed: list[str] = field(default_factory=list)
+    # id(scheduler) -> what the patch did about its optimizer step 0 (marks.Step0), until the scheduler dies: the
+    # record each checkpoint's save writes beside it (marks.py)
+    step0: dict[int, Any] = field(default_factory=dict)
     # the keys of the warnings given, each once per process (log.py)
     warned: set[str] = field(default_factory=set)
     # ``dry.on``: this thread runs warn mode's dry run of a change (schedules.change)

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Mapping
 from types import MappingProxyType, ModuleType
 
-from . import backport, failures, launcher, log, nets, releases, schedules, wrapping
+from . import backport, failures, launcher, log, marks, nets, releases, schedules, wrapping
 from .settings import Mode
 from .state import STATE
 
@@ -51,7 +51,8 @@ def _wrap_load_checkpoint(deepspeed: ModuleType, engine_class: type, version: st
 
 
 def _wrap_save_checkpoint(deepspeed: ModuleType, engine_class: type, version: str) -> None:
-    """The record beside each checkpoint (issue 35, docs/mark.md): its wrapper comes with that change."""
+    """The record beside each checkpoint, of what the patch did about step 0 (marks.py, docs/mark.md)."""
+    wrapping.wrap(engine_class, "save_checkpoint", marks.save_checkpoint_wrapper(vars(engine_class)["save_checkpoint"]))
 
 
 def _wrap_optimizer_step(deepspeed: ModuleType, engine_class: type, version: str) -> None:

@@ -93,7 +93,8 @@ class Spec:
     overflow_steps: int = 0
     fused_adam: bool = False  # DeepSpeed's FusedAdam (a CPU op it compiles) instead of torch's Adam
     # the client_state save_checkpoint is given: None, or "gpt-neox" / "megatron", shaped like theirs (real numpy
-    # and torch rng state objects; see _client_state). Changes no lr, so not part of the key.
+    # and torch rng state objects; see _client_state), or "user", a training script's plain dict (USER_CLIENT_STATE).
+    # Changes no lr, so not part of the key. A resume (resume_from) reports what load_checkpoint returned.
     client_state: str | None = None
 
     @property
@@ -159,9 +160,7 @@ def run_deepspeed(spec: Spec) -> list[list[float | None]]:
         kwargs["after"] = lambda engine: engine.save_checkpoint(spec.save_to, tag="ckpt",
                                                                 client_state=_client_state(spec))
     if spec.resume_from:
-        kwargs["before"] = lambda engine: engine.load_checkpoint(
-            spec.resume_from, tag="ckpt", load_optimizer_states=spec.load_optimizer_states,
-            load_lr_scheduler_states=spec.load_lr_scheduler_states)
+        kwargs["before"] = lambda engine: _load(spec, engine)
     if spec.user_steps:
         kwargs["before"] = lambda engine: _user_steps(spec, engine.lr_scheduler)
     if spec.road == "client":
@@ -186,6 +185,21 @@ def run_deepspeed(spec: Spec) -> list[list[float | None]]:
     return demo.train_deepspeed(config, model, params, spec.steps, **kwargs)
 
 
+# what the last load_checkpoint returned as the user's client_state (main() reports it with its run)
+LOADED: dict[str, Any] = {}
+
+
+def _load(spec: Spec, engine: Any) -> None:
+    _, client_state = engine.load_checkpoint(
+        spec.resume_from, tag="ckpt", load_optimizer_states=spec.load_optimizer_states,
+        load_lr_scheduler_states=spec.load_lr_scheduler_states)
+    LOADED["client_state"] = client_state
+
+
+# a training script's own client_state, plain data (tests/test_mark.py: load_checkpoint returns it unchanged)
+USER_CLIENT_STATE: dict[str, Any] = {"epoch": 2, "samples_seen": 96, "note": "resume me", "lr_history": [0.001, 0.0]}
+
+
 def _client_state(spec: Spec) -> dict[str, Any]:
     """What a framework passes to save_checkpoint beside the model: gpt-neox's save_ds_checkpoint and
     Megatron-DeepSpeed's save_checkpoint (both megatron/checkpointing.py) save the python, numpy and torch rng
@@ -199,6 +213,8 @@ def _client_state(spec: Spec) -> dict[str, Any]:
 
     if spec.client_state is None:
         return {}
+    if spec.client_state == "user":
+        return dict(USER_CLIENT_STATE)
     rng = {"random_rng_state": random.getstate(), "np_rng_state": np.random.get_state(),
            "torch_rng_state": torch.get_rng_state()}
     if spec.client_state == "gpt-neox":
@@ -254,6 +270,8 @@ def run_accelerate(spec: Spec) -> list[list[float | None]]:
     optimizer = DummyOptim(params, lr=spec.groups[0])
     scheduler = DummyScheduler(optimizer)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    if spec.resume_from:
+        accelerator.load_state(spec.resume_from)  # the engine's load_checkpoint
     if spec.patch == "after":
         _import_patch(spec)
     _user_steps(spec, model.lr_scheduler)  # the engine's scheduler (accelerate's wrapper's step() does nothing)
@@ -464,6 +482,9 @@ def main(argv: list[str]) -> int:
     for text in argv:
         spec = Spec(**json.loads(text))
         results.append({"spec": asdict(spec), "key": spec.key, "lrs": run(spec)})
+        if "client_state" in LOADED:  # each key's value as repr (DeepSpeed's own keys hold torch.Size)
+            loaded = LOADED.pop("client_state")
+            results[-1]["client_state"] = None if loaded is None else {str(k): repr(v) for k, v in loaded.items()}
     modules = sorted(m for m in ("accelerate_warmup_patch", "wrapt")
                      if m in sys.modules)
     status = None

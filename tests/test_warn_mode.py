@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from conftest import Spec, installed, run_specs
+from conftest import Ran, Spec, installed, run_specs
 
 from accelerate_warmup_patch import releases
 
@@ -50,7 +50,8 @@ def test_warn_mode_runs_every_road_as_unpatched_and_names_each_affected_schedule
     warned = run_specs(*specs, env=WARN)
     for spec in specs:
         assert warned.lrs[spec.key] == unpatched.lrs[_unpatched(spec).key], spec.key
-    lines = [line for line in warned.stderr.splitlines() if WARNING in line]
+    # every WARNING of the package's is one scheduler's one line (no second line about the same scheduler)
+    lines = [line for line in warned.patch_lines() if "WARNING" in line]
     # Reset mode changes step 0 of every scheduler whose class this release starts wrong (each spec's start differs
     # from its optimizer's lr), and at most the others it builds wrong (a default peak, where one applies):
     # exactly one line each on 0.15.2, none on 0.19.8.
@@ -58,13 +59,60 @@ def test_warn_mode_runs_every_road_as_unpatched_and_names_each_affected_schedule
     always = sum(releases.lacks("start", c, DEEPSPEED) for c in classes)
     assert always <= len(lines) <= sum(releases.built_wrong(c, DEEPSPEED) for c in classes), lines
     if lines:  # each line says what reset would change: both lrs of step 0, or the default peak
-        assert all(("optimizer step 0 will run at lr" in line and f"DeepSpeed {releases.BEHAVIOR_REFERENCE} runs it at"
-                    in line) or "peak lr" in line for line in lines), lines
+        assert all(WARNING in line and (("optimizer step 0 will run at lr" in line and f"DeepSpeed "
+                   f"{releases.BEHAVIOR_REFERENCE} runs it at" in line) or "peak lr" in line) for line in lines), lines
     else:
         assert warned.patch_lines() == [], warned.patch_lines()
+    # the dry run calls nothing of DeepSpeed's that logs: its own lines, as many as unpatched
+    assert _deepspeed_lines(warned) == _deepspeed_lines(unpatched)
     status = warned.data["status"]
     assert status["mode"] == "warn" and status["fixes_applied"] == 0
     assert status["would_fix"] == len(lines)
+
+
+# DeepSpeed's own warning when its scheduler's get_lr() or get_lr_ratio() is called before the first step
+BEFORE_START = "Attempting to get learning rate from scheduler before it has started"
+
+
+def _deepspeed_lines(ran: Ran) -> int:
+    return (ran.stdout + ran.stderr).count(BEFORE_START)
+
+
+# built by user code before the patch is applied (road "client", patch "late": apply("warn") after it was built,
+# before deepspeed.initialize), one per process: with a peak given, without one (two groups), and OneCycle
+BUILT_BEFORE = {
+    "WarmupLR, warmup_max_lr given": Spec(road="client", patch="late", mode="warn"),
+    "WarmupLR, no warmup_max_lr": Spec(road="client", patch="late", mode="warn", scheduler="WarmupLR-default-max",
+                                       groups=[2e-3, 5e-4]),
+    "OneCycle": Spec(road="client", patch="late", mode="warn", scheduler="OneCycle"),
+}
+
+
+@pytest.fixture(scope="module")
+def built_before() -> tuple[Ran, dict[str, Ran]]:
+    """The specs of BUILT_BEFORE unpatched (one process), and each in warn mode (one process each)."""
+    unpatched = run_specs(*(replace(spec, patch="none") for spec in BUILT_BEFORE.values()))
+    return unpatched, {name: run_specs(spec) for name, spec in BUILT_BEFORE.items()}
+
+
+@pytest.mark.parametrize("name", list(BUILT_BEFORE))
+def test_warn_mode_names_a_scheduler_built_before_the_import_in_one_warning(built_before, name):
+    unpatched, warned = built_before[0], built_before[1][name]
+    spec = BUILT_BEFORE[name]
+    assert warned.lrs[spec.key] == unpatched.lrs[spec.key]
+    lines = [line for line in warned.patch_lines() if "WARNING" in line]
+    affected = releases.lacks("start", _CLASS.get(spec.scheduler, spec.scheduler), DEEPSPEED)
+    # one line, which says what reset would change (and, without a peak, that the peak is left), or none at all
+    assert len(lines) == (1 if affected else 0), lines
+    assert all(WARNING in line and "optimizer step 0 will run at lr" in line for line in lines), lines
+    assert "whether it was given a warmup_max_lr is unknown" not in warned.stderr or spec.scheduler.endswith("max")
+    assert warned.data["status"]["would_fix"] == len(lines)
+
+
+def test_warn_mode_adds_no_line_of_deepspeeds_to_schedulers_built_before_the_import(built_before):
+    unpatched, warned = built_before
+    # the unpatched process ran the three specs: its count of DeepSpeed's own lines is the sum of theirs
+    assert sum(_deepspeed_lines(ran) for ran in warned.values()) == _deepspeed_lines(unpatched)
 
 
 def test_warn_mode_leaves_a_resumed_optimizer_lr_as_unpatched(tmp_path):

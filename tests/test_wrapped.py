@@ -11,9 +11,6 @@ from accelerate_warmup_patch import releases, targets
 # where each row's owner lives, as status()["patched"] names it
 MODULES = {"deepspeed": "", "DeepSpeedEngine": "deepspeed.runtime.engine.",
            "MultiNodeRunner": "deepspeed.launcher.multinode_runner."}
-# a row whose wrapper comes with its own change: the record beside each checkpoint (issue 35) is wired at the
-# merge of that change, which takes it out of this set
-PENDING = {"DeepSpeedEngine.save_checkpoint"}
 
 
 def labels(version: str, mode: str) -> list[str]:
@@ -23,7 +20,7 @@ def labels(version: str, mode: str) -> list[str]:
     for row in rows:
         if row.target == releases.SCHEDULER_METHODS:
             found += [f"deepspeed.runtime.lr_schedules.{c}.{m}" for c, m in releases.methods_to_fix(version)]
-        elif row.target not in PENDING:
+        else:
             found.append(MODULES[row.target.split(".")[0]] + row.target)
     return sorted(found)
 

@@ -7,7 +7,7 @@ from deepspeed.runtime.engine import DeepSpeedEngine
 
 originals = (deepspeed.initialize, acc.DeepSpeedEngineWrapper.__dict__['backward'],
              lr_schedules.WarmupLR.__dict__['__init__'], DeepSpeedEngine.__dict__['load_checkpoint'],
-             DeepSpeedEngine.__dict__['_take_model_step'])
+             DeepSpeedEngine.__dict__['_take_model_step'], DeepSpeedEngine.__dict__['save_checkpoint'])
 import accelerate_warmup_patch as awp
 
 awp.apply()
@@ -21,7 +21,8 @@ from accelerate_warmup_patch import releases
 methods = [f"deepspeed.runtime.lr_schedules.{c}.{m}" for c, m in releases.methods_to_fix(deepspeed.__version__)]
 # nothing per step in reset mode but the scheduler methods this release lacks a formula of; step mode adds its net
 assert reset_only == sorted([*methods, "deepspeed.initialize",
-                             "deepspeed.runtime.engine.DeepSpeedEngine.load_checkpoint"]), reset_only
+                             "deepspeed.runtime.engine.DeepSpeedEngine.load_checkpoint",
+                             "deepspeed.runtime.engine.DeepSpeedEngine.save_checkpoint"]), reset_only
 assert sorted(awp.status()["patched"]) == sorted([
     *reset_only, "deepspeed.runtime.engine.DeepSpeedEngine._take_model_step"]), awp.status()
 awp.remove()
@@ -30,6 +31,7 @@ assert acc.DeepSpeedEngineWrapper.__dict__['backward'] is originals[1]
 assert lr_schedules.WarmupLR.__dict__['__init__'] is originals[2]
 assert DeepSpeedEngine.__dict__['load_checkpoint'] is originals[3]
 assert DeepSpeedEngine.__dict__['_take_model_step'] is originals[4]
+assert DeepSpeedEngine.__dict__['save_checkpoint'] is originals[5]
 assert awp.status()["patched"] == [] and awp.status()["mode"] == "off"
 awp.apply()
 assert deepspeed.initialize.__wrapped__ is originals[0]
