@@ -238,7 +238,7 @@ def _newest_max_lrs_unseen(scheduler: Any, name: str, version: str,
         # one group: the default, group 0's lr, is the newest's (each group's own); unequal peaks were given
         return None
     fact = releases.start_fact(name, version)
-    if fact is not None and fact.start is releases.Start.LEAVES_OPTIMIZER_LR and schedules.is_fresh(scheduler):
+    if fact is not None and fact.value is releases.Start.LEAVES_OPTIMIZER_LR and schedules.is_fresh(scheduler):
         # the groups hold the lrs it was built with: given or not, the newest may peak where this one does
         groups = tuple(schedules.lr_copies(scheduler.optimizer.param_groups))
         if newest_max_lrs(scheduler, Construction(groups, max_lr_given=False)) is None:

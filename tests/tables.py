@@ -110,7 +110,7 @@ def _scheduler_methods() -> Iterable[tuple[str, str, str]]:
         if change.backported:
             changes.setdefault(change.target, []).append(change)
     for target, carried in changes.items():
-        first = min((f.span.first for f in releases.SCHEDULER_STARTS if f.scheduler == carried[0].scheduler), key=parse)
+        first = min((f.span.first for f in releases.SCHEDULER_STARTS if f.subject == carried[0].scheduler), key=parse)
         fixed = max((c.release for c in carried), key=parse)
         last = [v for v in registry if parse(v) < parse(fixed)][-1]
         prs: dict[str, list[str]] = {}

@@ -63,8 +63,12 @@ class Deep:
         self.depth = depth
 
 
-class _Pickler(pickle._Pickler):  # type: ignore[name-defined,misc]  # the pure-Python one: its dispatch table is ours
-    dispatch: ClassVar[dict[type, Any]] = dict(pickle._Pickler.dispatch)  # type: ignore[attr-defined]
+# the pure-Python pickler, whose dispatch table a subclass may extend (typeshed declares neither save nor write)
+_PurePickler: Any = pickle._Pickler
+
+
+class _Pickler(_PurePickler):  # type: ignore[misc]
+    dispatch: ClassVar[dict[type, Any]] = dict(_PurePickler.dispatch)
 
     def __init__(self, file: io.BytesIO, legacy: bool = False) -> None:
         super().__init__(file, protocol=2)

@@ -99,7 +99,7 @@ def test_no_record_is_judged_as_today(tmp_path: Path) -> None:
 @pytest.mark.parametrize("content", [
     json.dumps(record("fixed", [0.001], [0.0], record=2)),
     json.dumps({**record("fixed", [0.001], [0.0]), "package": "another"}),
-    json.dumps(record("fixed", [0.001], ["zero"])),
+    json.dumps(record("fixed", [0.001], ["zero"])),  # type: ignore[list-item]  # on purpose
     json.dumps(record("mended", [0.001], [0.0])),
     "{not json",
     "[" * 100_000,

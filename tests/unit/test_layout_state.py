@@ -92,9 +92,9 @@ def mutable_globals(path: Path, frozen: set[str]) -> list[str]:
                 continue
             if not _immutable(value, frozen):
                 found.append(f"{name} ({path.name}:{node.lineno})")
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Global):
-            found.append(f"global {', '.join(node.names)} ({path.name}:{node.lineno})")
+    for walked in ast.walk(tree):
+        if isinstance(walked, ast.Global):
+            found.append(f"global {', '.join(walked.names)} ({path.name}:{walked.lineno})")
     return found
 
 

@@ -37,7 +37,8 @@ def test_the_start_each_class_has_on_each_release(scheduler: str, version: str, 
 
 
 @pytest.mark.parametrize("row", releases.SCHEDULER_STARTS, ids=lambda f: f"{f.subject}-{f.span}")
-def test_each_start_row_holds_from_its_first_release_to_its_last_and_no_further(row: releases.Fact[releases.Start]) -> None:
+def test_each_start_row_holds_from_its_first_release_to_its_last_and_no_further(
+        row: releases.Fact[releases.Start]) -> None:
     assert releases.start_fact(row.subject, row.span.first) == row
     before = list(releases.parse(row.span.first))
     before[-1] -= 1
@@ -262,9 +263,10 @@ def test_a_runner_the_release_lacks_has_no_fact(runner: str, version: str) -> No
 
 def test_an_untested_release_has_the_newest_releases_runners() -> None:
     assert releases.runner_facts(UNTESTED) == releases.runner_facts(releases.NEWEST_DEEPSPEED)
-    assert {f.value.launcher for f in releases.runner_facts("0.19.8")} == {"pdsh", "openmpi", "mpich", "impi", "slurm",
-                                                                     "mvapich"}
-    assert {f.value.launcher for f in releases.runner_facts("0.9.0")} == {"pdsh", "openmpi", "mpich", "slurm", "mvapich"}
+    assert {f.value.launcher for f in releases.runner_facts("0.19.8")} == {
+        "pdsh", "openmpi", "mpich", "impi", "slurm", "mvapich"}
+    assert {f.value.launcher for f in releases.runner_facts("0.9.0")} == {"pdsh", "openmpi", "mpich", "slurm",
+                                                                          "mvapich"}
 
 
 def test_installed_asks_the_imported_module_first(deepspeed_release: Callable[[str], None]) -> None:
