@@ -12,13 +12,13 @@ from types import ModuleType
 
 import pytest
 
-from accelerate_warmup_patch import log
+from accelerate_warmup_patch.state import STATE
 
 
 @pytest.fixture(autouse=True)
 def _fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
     # each warning is said once per process; every unit test is a process of its own in this respect
-    monkeypatch.setattr(log, "_warned", set())
+    monkeypatch.setattr(STATE, "warned", set())
 
 
 @pytest.fixture

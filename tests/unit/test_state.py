@@ -48,6 +48,9 @@ def _fake_deepspeed(version: str) -> dict[str, types.ModuleType]:
         def load_checkpoint(self, load_dir: str, tag: Any = None, load_optimizer_states: bool = True) -> Any:
             return load_dir, {}
 
+        def save_checkpoint(self, save_dir: str, tag: Any = None, client_state: Any = None) -> bool:
+            return True
+
         def _take_model_step(self) -> None:
             pass
 
@@ -86,7 +89,7 @@ def test_apply_wraps_each_target_once_and_records_who_applied(deepspeed: types.M
     assert status["patched"] == [
         f"{SCHEDULES}.WarmupLR.__init__", f"{SCHEDULES}.WarmupLR.get_lr", f"{SCHEDULES}.WarmupCosineLR.__init__",
         f"{SCHEDULES}.WarmupCosineLR.get_lr", f"{SCHEDULES}.WarmupCosineLR.get_lr_ratio", "deepspeed.initialize",
-        f"{ENGINE}.DeepSpeedEngine.load_checkpoint"]
+        f"{ENGINE}.DeepSpeedEngine.load_checkpoint", f"{ENGINE}.DeepSpeedEngine.save_checkpoint"]
     assert len(STATE.wrapped) == len(status["patched"])  # applied twice: one layer each
     assert STATE.deepspeed_version == "0.15.2"
     assert status["waiting_for"] == [launcher.MODULE]  # the launcher is not imported
