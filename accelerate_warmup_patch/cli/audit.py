@@ -592,7 +592,7 @@ def audit(paths: list[str], config_root: str | None = None) -> tuple[list[dict[s
     searched, and one error line per PATH with no run found."""
     reports: list[dict[str, Any]] = []
     errors: list[str] = []
-    seen: set[str] = set()
+    seen: dict[str, str] = {}  # the real path of a run's newest tag -> the run's path as first reported
     for path in paths:
         try:
             found = find_runs(path)
@@ -604,12 +604,18 @@ def audit(paths: list[str], config_root: str | None = None) -> tuple[list[dict[s
             continue
         for folder, verdict, why in found.skipped:
             reports.append({**blank_report(folder), "verdict": verdict, "why": why})
+        before, again = len(reports), []
         for run in found.runs:
             key = os.path.realpath(run.tag)
             if key in seen:
+                again.append(seen[key])
                 continue
-            seen.add(key)
+            seen[key] = str(run.path)
             reports.append(_plain_report(audit_run(run, config_root)))
+        if again and len(reports) == before:  # a PATH named twice, or through a link: still its line
+            reports.append({**blank_report(path), "verdict": SKIPPED,
+                            "why": f"the same run{'s' if len(again) > 1 else ''} as {', '.join(again)}, "
+                                   "reported once (above)"})
     return reports, errors
 
 

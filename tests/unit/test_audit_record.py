@@ -171,3 +171,15 @@ def test_the_cosine_past_total_steps_is_judged_on_the_newest_save(tmp_path: Path
         _, report = one(run)
         assert report["step0_deepspeed_version"] == "0.19.8" and report["verdict"] == verdict, report
         assert ("total_num_steps" in report["why"]) == (verdict == "affected"), report
+
+
+def test_a_path_naming_a_run_already_reported_gets_its_own_line(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "runs" / "run")
+    (tmp_path / "link").symlink_to(tmp_path / "runs" / "run")  # the same run, named again through a link
+    code, reports = audit(tmp_path / "runs" / "run", tmp_path / "link", tmp_path / "runs")
+    assert code == 1
+    assert [(r["path"], r["verdict"]) for r in reports] == [
+        (str(tmp_path / "runs" / "run"), "affected"), (str(tmp_path / "link"), "skipped"),
+        (str(tmp_path / "runs"), "skipped")]
+    assert reports[1]["why"] == reports[2]["why"] == \
+        f"the same run as {tmp_path / 'runs' / 'run'}, reported once (above)"
