@@ -203,8 +203,16 @@ def read_save(tag: Path, config_root: str | None = None) -> Save:
     iteration = None
     if isinstance(state, dict) and set(state) == {"last_batch_iteration"}:
         iteration = _number(state["last_batch_iteration"])
+    global_steps = _number(data.get("global_steps"))
     record = _record(tag, notes)
-    return Save(tag, file, data["ds_version"][:64], config, problem, _number(data.get("global_steps")), iteration,
+    if record is not None and None not in (record["global_steps"], global_steps) and \
+            record["global_steps"] != global_steps:
+        # The record is written after each save, with the engine's step count; the tag folder may be saved over
+        # later by a job that wrote none (unpatched, off, or without the package), and the old record stays.
+        notes.append(f"{record['file']}: ignored, it names global step {record['global_steps']} and the checkpoint "
+                     f"{global_steps}: a record of an earlier save into this folder")
+        record = None
+    return Save(tag, file, data["ds_version"][:64], config, problem, global_steps, iteration,
                 _group_count(data), state, record, notes)
 
 

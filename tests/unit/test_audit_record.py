@@ -183,3 +183,11 @@ def test_a_path_naming_a_run_already_reported_gets_its_own_line(tmp_path: Path) 
         (str(tmp_path / "runs"), "skipped")]
     assert reports[1]["why"] == reports[2]["why"] == \
         f"the same run as {tmp_path / 'runs' / 'run'}, reported once (above)"
+
+
+def test_a_record_left_by_an_earlier_save_into_the_same_tag_folder_is_ignored(tmp_path: Path) -> None:
+    # a patched job saved tag "last" at step 6 (record), then an unpatched one saved over it at step 9 (no record)
+    files.write_run(tmp_path / "run", tag="last", global_steps=9, record=record("fixed", [0.001], [0.0]))
+    code, (report,) = audit(tmp_path / "run")
+    assert code == 1 and report["verdict"] == "affected" and report["record"] is None
+    assert any("names global step 6 and the checkpoint 9" in note for note in report["notes"])
