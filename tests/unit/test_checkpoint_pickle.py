@@ -160,5 +160,5 @@ def test_a_zip_with_two_data_pkl_members_says_so(tmp_path: Path) -> None:
         warnings.simplefilter("ignore")  # zipfile warns of the duplicate name: the point of this file
         for version in ("0.19.8", "0.15.2"):
             archive.writestr("archive/data.pkl", pickle.dumps({"ds_version": version}, protocol=2))
-    with pytest.raises(Unreadable, match="a zip archive with 2 <name>/data.pkl members"):
+    with pytest.raises(Unreadable, match=r"a zip archive with 2 <name>/data\.pkl members"):
         checkpoint_pickle.load(str(path))
