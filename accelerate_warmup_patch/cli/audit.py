@@ -674,10 +674,16 @@ def print_table(reports: list[dict[str, Any]]) -> None:
         if r["scheduler"]:
             params = ", ".join(f"{k}={v}" for k, v in (r["params"] or {}).items())
             print(f"  {r['scheduler']}({params}); optimizer lr {_lr(r['optimizer_lr'])}; "
-                  f"at iteration {r['last_batch_iteration']}, {r['global_steps']} optimizer steps")
+                  f"at iteration {_or_unknown(r['last_batch_iteration'])}, {_or_unknown(r['global_steps'])} "
+                  "optimizer steps")
         print(f"  {r['why']}")
         for note in r["notes"]:
             print(f"  note: {note}")
+
+
+def _or_unknown(value: Any) -> str:
+    """A count the file does not hold (or holds as a non-number, or past 63 bits) as ``?``, not ``None``."""
+    return "?" if value is None else str(value)
 
 
 def _releases(report: dict[str, Any]) -> str:

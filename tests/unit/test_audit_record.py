@@ -191,3 +191,9 @@ def test_a_record_left_by_an_earlier_save_into_the_same_tag_folder_is_ignored(tm
     code, (report,) = audit(tmp_path / "run")
     assert code == 1 and report["verdict"] == "affected" and report["record"] is None
     assert any("names global step 6 and the checkpoint 9" in note for note in report["notes"])
+
+
+def test_a_step_count_the_file_does_not_hold_reads_as_a_question_mark(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "run", global_steps=10**30)  # past 63 bits: not read as a number
+    _, text = audit(tmp_path / "run", text=True)
+    assert "at iteration ?, ? optimizer steps" in text and "None" not in text
