@@ -154,6 +154,9 @@ def _in_order(save: Path, tags: list[Path], notes: list[str]) -> list[Path]:
     if named in ordered:
         ordered.remove(named)
         ordered.append(named)
+    else:  # DeepSpeed's load_checkpoint would look for that tag and not find it
+        notes.append(f"{latest} names {named.name!r}, which holds no model-states file here: ignored, the newest tag "
+                     "is the highest step")
     return ordered
 
 

@@ -197,3 +197,11 @@ def test_a_step_count_the_file_does_not_hold_reads_as_a_question_mark(tmp_path: 
     files.write_run(tmp_path / "run", global_steps=10**30)  # past 63 bits: not read as a number
     _, text = audit(tmp_path / "run", text=True)
     assert "at iteration ?, ? optimizer steps" in text and "None" not in text
+
+
+def test_a_latest_naming_a_tag_that_is_not_there_is_named_in_a_note(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "run")
+    (tmp_path / "run" / "latest").write_text("global_step99")
+    code, (report,) = audit(tmp_path / "run")
+    assert code == 1 and report["checkpoint"].endswith("global_step6/mp_rank_00_model_states.pt")
+    assert any("names 'global_step99', which holds no model-states file here" in note for note in report["notes"])
