@@ -107,7 +107,7 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         mode = STATE.mode
         if mode is not None and instance is not None:
             try:
-                if _global_rank(instance) != 0:
+                if _writer_rank(instance) != 0:
                     return result
                 bound = signature.bind(instance, *args, **kwargs)
                 bound.apply_defaults()
@@ -124,6 +124,17 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         return result
 
     return wrapper
+
+
+def _writer_rank(engine: Any) -> int:
+    """The rank whose 0 writes the record: the one save_checkpoint itself makes ``save_dir`` with. With
+    ``checkpoint.use_node_local_storage`` each node saves into a folder of its own, and DeepSpeed uses the local rank
+    (``rank = self.local_rank if self.use_node_local_storage() else self.global_rank``: engine.py's
+    save_checkpoint @ v0.9.0, v0.12.6, v0.15.2, v0.19.8), so that every node's tag folder gets its record."""
+    node_local = getattr(engine, "use_node_local_storage", None)
+    if callable(node_local) and node_local() is True and isinstance(getattr(engine, "local_rank", None), int):
+        return int(engine.local_rank)
+    return _global_rank(engine)
 
 
 def _global_rank(engine: Any) -> int:

@@ -214,6 +214,10 @@ UPSTREAM_CHANGES: tuple[Change, ...] = (
 )
 # WarmupDecayLR runs WarmupLR.__init__ (super().__init__) and inherits get_lr (lr_schedules.py @ v0.9.0..v0.19.8)
 _INHERITS = MappingProxyType({"WarmupDecayLR": "WarmupLR"})
+# What a subclass does not inherit. WarmupDecayLR passes its own warmup_max_lr, whose default is 0.001 on every
+# release (WarmupDecayLR.__init__'s signature @ v0.9.0, v0.15.2, v0.19.3, v0.19.8), so WarmupLR's default peak
+# (#7360, #8171) never reaches it: 0.19.8 too peaks at 0.001 when none is given.
+_NOT_INHERITED = MappingProxyType({"WarmupDecayLR": frozenset({"default_peak"})})
 
 
 # the change keys: ``lacks`` refuses any other, so a typo is an error, never a quiet False
@@ -441,7 +445,9 @@ def missing_backports(scheduler: str, deepspeed_version: str) -> tuple[Change, .
     """The backported changes this release lacks for this class (WarmupDecayLR: WarmupLR's)."""
     parsed = parse(deepspeed_version)
     owner = _INHERITS.get(scheduler, scheduler)
-    return tuple(c for c in UPSTREAM_CHANGES if c.backported and c.scheduler == owner and parsed < parse(c.release))
+    own = _NOT_INHERITED.get(scheduler, frozenset())
+    return tuple(c for c in UPSTREAM_CHANGES if c.backported and c.scheduler == owner and parsed < parse(c.release)
+                 and c.key not in own)
 
 
 def verdict(scheduler: str, deepspeed_version: str) -> str:

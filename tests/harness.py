@@ -51,6 +51,8 @@ SCHEDULERS: dict[str, dict[str, Any]] = {
     "WarmupDecayLR": {"type": "WarmupDecayLR", "params": {
         "warmup_min_lr": 1e-5, "warmup_max_lr": 1e-3, "warmup_num_steps": 3, "total_num_steps": 8,
         "warmup_type": "linear"}},
+    "WarmupDecayLR-default-max": {"type": "WarmupDecayLR", "params": {
+        "warmup_min_lr": 1e-5, "warmup_num_steps": 3, "total_num_steps": 8, "warmup_type": "linear"}},
     "WarmupCosineLR": {"type": "WarmupCosineLR", "params": {
         "warmup_min_ratio": 0.1, "warmup_num_steps": 3, "total_num_steps": 8, "warmup_type": "linear"}},
     "OneCycle": {"type": "OneCycle", "params": {

@@ -51,10 +51,10 @@ STATES = {
                                   "DeepSpeed 0.17.0: AFFECTED (WarmupCosineLR, groups 1+) - patch NOT active in new "
                                   "processes: ACCELERATE_WARMUP_PATCH=off turns it off; set it to reset", 1),
     "backports-not-active": ("0.19.2", {}, "DeepSpeed 0.19.2: fixed upstream; the patch still backports default "
-                             "peak (#8171) to WarmupLR, WarmupDecayLR; ratio past warmup (#8142), unknown warmup "
+                             "peak (#8171) to WarmupLR; ratio past warmup (#8142), unknown warmup "
                              f"type (#8151) to WarmupCosineLR - {NOT_ACTIVE}", 1),
     "backports-active": ("0.19.3", ON, "DeepSpeed 0.19.3: fixed upstream; the patch still backports default peak "
-                         "(#8171) to WarmupLR, WarmupDecayLR; unknown warmup type (#8151) to WarmupCosineLR - "
+                         "(#8171) to WarmupLR; unknown warmup type (#8151) to WarmupCosineLR - "
                          f"{ACTIVE}", 0),
     "fixed-upstream": ("0.19.8", {}, "DeepSpeed 0.19.8: fixed upstream, the patch changes nothing (step mode still "
                        "applies if chosen)", 0),

@@ -91,6 +91,18 @@ def test_the_default_peak_is_the_newest_whatever_the_import_order_where_it_can_b
         assert after.lrs[DEFAULT_PEAK.key] == unpatched.lrs[DEFAULT_PEAK.key]
 
 
+def test_a_warmup_decay_lr_keeps_its_own_default_peak_whatever_the_import_order():
+    """WarmupDecayLR passes its own warmup_max_lr, 0.001 by default on every release (0.19.8 too): WarmupLR's
+    default peak (#7360, #8171) never reaches it, built before the patch or after, and nothing warns of a peak."""
+    spec = Spec(path="accelerate", scheduler="WarmupDecayLR-default-max", groups=[1e-2])
+    before = run_specs(replace(spec, patch="before"))
+    after = run_specs(replace(spec, patch="after"))  # after accelerator.prepare built the scheduler: the late scan
+    assert after.lrs[spec.key] == before.lrs[spec.key]
+    assert max(lr for step in before.lrs[spec.key] for lr in step) == pytest.approx(1e-3)  # not the group's 0.01
+    for ran in (before, after):
+        assert [x for x in ran.patch_lines() if "WARNING" in x and "peak lr" in x] == [], ran.stderr[-3000:]
+
+
 def test_an_engine_without_a_scheduler_is_left_alone():
     spec = Spec(scheduler="none", steps=3)
     plain, ran = run_specs(spec), run_specs(replace(spec, patch="before"))

@@ -154,6 +154,9 @@ def _in_order(save: Path, tags: list[Path], notes: list[str]) -> list[Path]:
     if named in ordered:
         ordered.remove(named)
         ordered.append(named)
+    else:  # DeepSpeed's load_checkpoint would look for that tag and not find it
+        notes.append(f"{latest} names {named.name!r}, which holds no model-states file here: ignored, the newest tag "
+                     "is the highest step")
     return ordered
 
 
@@ -203,8 +206,16 @@ def read_save(tag: Path, config_root: str | None = None) -> Save:
     iteration = None
     if isinstance(state, dict) and set(state) == {"last_batch_iteration"}:
         iteration = _number(state["last_batch_iteration"])
+    global_steps = _number(data.get("global_steps"))
     record = _record(tag, notes)
-    return Save(tag, file, data["ds_version"][:64], config, problem, _number(data.get("global_steps")), iteration,
+    if record is not None and None not in (record["global_steps"], global_steps) and \
+            record["global_steps"] != global_steps:
+        # The record is written after each save, with the engine's step count; the tag folder may be saved over
+        # later by a job that wrote none (unpatched, off, or without the package), and the old record stays.
+        notes.append(f"{record['file']}: ignored, it names global step {record['global_steps']} and the checkpoint "
+                     f"{global_steps}: a record of an earlier save into this folder")
+        record = None
+    return Save(tag, file, data["ds_version"][:64], config, problem, global_steps, iteration,
                 _group_count(data), state, record, notes)
 
 
@@ -592,7 +603,7 @@ def audit(paths: list[str], config_root: str | None = None) -> tuple[list[dict[s
     searched, and one error line per PATH with no run found."""
     reports: list[dict[str, Any]] = []
     errors: list[str] = []
-    seen: set[str] = set()
+    seen: dict[str, str] = {}  # the real path of a run's newest tag -> the run's path as first reported
     for path in paths:
         try:
             found = find_runs(path)
@@ -604,12 +615,18 @@ def audit(paths: list[str], config_root: str | None = None) -> tuple[list[dict[s
             continue
         for folder, verdict, why in found.skipped:
             reports.append({**blank_report(folder), "verdict": verdict, "why": why})
+        before, again = len(reports), []
         for run in found.runs:
             key = os.path.realpath(run.tag)
             if key in seen:
+                again.append(seen[key])
                 continue
-            seen.add(key)
+            seen[key] = str(run.path)
             reports.append(_plain_report(audit_run(run, config_root)))
+        if again and len(reports) == before:  # a PATH named twice, or through a link: still its line
+            reports.append({**blank_report(path), "verdict": SKIPPED,
+                            "why": f"the same run{'s' if len(again) > 1 else ''} as {', '.join(again)}, "
+                                   "reported once (above)"})
     return reports, errors
 
 
@@ -660,10 +677,16 @@ def print_table(reports: list[dict[str, Any]]) -> None:
         if r["scheduler"]:
             params = ", ".join(f"{k}={v}" for k, v in (r["params"] or {}).items())
             print(f"  {r['scheduler']}({params}); optimizer lr {_lr(r['optimizer_lr'])}; "
-                  f"at iteration {r['last_batch_iteration']}, {r['global_steps']} optimizer steps")
+                  f"at iteration {_or_unknown(r['last_batch_iteration'])}, {_or_unknown(r['global_steps'])} "
+                  "optimizer steps")
         print(f"  {r['why']}")
         for note in r["notes"]:
             print(f"  note: {note}")
+
+
+def _or_unknown(value: Any) -> str:
+    """A count the file does not hold (or holds as a non-number, or past 63 bits) as ``?``, not ``None``."""
+    return "?" if value is None else str(value)
 
 
 def _releases(report: dict[str, Any]) -> str:

@@ -486,8 +486,10 @@ def _load_zip(file: IO[bytes]) -> Any:
     try:
         with zipfile.ZipFile(file) as archive:
             infos = [i for i in archive.infolist() if i.filename.endswith("/data.pkl") and i.filename.count("/") == 1]
-            if len(infos) != 1:
+            if not infos:
                 raise Unreadable("a zip archive without torch's <name>/data.pkl")
+            if len(infos) > 1:  # torch writes one: which of them a loader reads is not ours to guess
+                raise Unreadable(f"a zip archive with {len(infos)} <name>/data.pkl members (torch writes one)")
             info = infos[0]
             if info.flag_bits & 0x1:
                 raise Unreadable("its data.pkl is encrypted (torch never encrypts): not read")

@@ -171,3 +171,37 @@ def test_the_cosine_past_total_steps_is_judged_on_the_newest_save(tmp_path: Path
         _, report = one(run)
         assert report["step0_deepspeed_version"] == "0.19.8" and report["verdict"] == verdict, report
         assert ("total_num_steps" in report["why"]) == (verdict == "affected"), report
+
+
+def test_a_path_naming_a_run_already_reported_gets_its_own_line(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "runs" / "run")
+    (tmp_path / "link").symlink_to(tmp_path / "runs" / "run")  # the same run, named again through a link
+    code, reports = audit(tmp_path / "runs" / "run", tmp_path / "link", tmp_path / "runs")
+    assert code == 1
+    assert [(r["path"], r["verdict"]) for r in reports] == [
+        (str(tmp_path / "runs" / "run"), "affected"), (str(tmp_path / "link"), "skipped"),
+        (str(tmp_path / "runs"), "skipped")]
+    assert reports[1]["why"] == reports[2]["why"] == \
+        f"the same run as {tmp_path / 'runs' / 'run'}, reported once (above)"
+
+
+def test_a_record_left_by_an_earlier_save_into_the_same_tag_folder_is_ignored(tmp_path: Path) -> None:
+    # a patched job saved tag "last" at step 6 (record), then an unpatched one saved over it at step 9 (no record)
+    files.write_run(tmp_path / "run", tag="last", global_steps=9, record=record("fixed", [0.001], [0.0]))
+    code, (report,) = audit(tmp_path / "run")
+    assert code == 1 and report["verdict"] == "affected" and report["record"] is None
+    assert any("names global step 6 and the checkpoint 9" in note for note in report["notes"])
+
+
+def test_a_step_count_the_file_does_not_hold_reads_as_a_question_mark(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "run", global_steps=10**30)  # past 63 bits: not read as a number
+    _, text = audit(tmp_path / "run", text=True)
+    assert "at iteration ?, ? optimizer steps" in text and "None" not in text
+
+
+def test_a_latest_naming_a_tag_that_is_not_there_is_named_in_a_note(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "run")
+    (tmp_path / "run" / "latest").write_text("global_step99")
+    code, (report,) = audit(tmp_path / "run")
+    assert code == 1 and report["checkpoint"].endswith("global_step6/mp_rank_00_model_states.pt")
+    assert any("names 'global_step99', which holds no model-states file here" in note for note in report["notes"])

@@ -149,3 +149,16 @@ def test_a_build_on_a_tensor_cannot_change_its_shape(state: bytes) -> None:
     data, _ = files.torch_pickle(files.Tensor((2,)))
     value, _ = checkpoint_pickle.loads(data[:-1] + state + b"b.")  # BUILD on the rebuilt tensor, then STOP
     assert isinstance(value, Tensor) and value.shape == (2,)
+
+
+def test_a_zip_with_two_data_pkl_members_says_so(tmp_path: Path) -> None:
+    import warnings
+    import zipfile
+
+    path = tmp_path / "mp_rank_00_model_states.pt"
+    with warnings.catch_warnings(), zipfile.ZipFile(path, "w") as archive:
+        warnings.simplefilter("ignore")  # zipfile warns of the duplicate name: the point of this file
+        for version in ("0.19.8", "0.15.2"):
+            archive.writestr("archive/data.pkl", pickle.dumps({"ds_version": version}, protocol=2))
+    with pytest.raises(Unreadable, match=r"a zip archive with 2 <name>/data\.pkl members"):
+        checkpoint_pickle.load(str(path))

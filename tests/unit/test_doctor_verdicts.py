@@ -39,13 +39,13 @@ STATES: dict[str, tuple[str | None, str | None, str]] = {
     "affected-not-active (0.12.2)": ("0.12.2", None, f"DeepSpeed 0.12.2: AFFECTED (WarmupLR, WarmupDecayLR) - "
                                      f"{NOT_ACTIVE}"),  # no WarmupCosineLR before 0.12.3
     "backports-not-active": ("0.19.2", None, "DeepSpeed 0.19.2: fixed upstream; the patch still backports default "
-                             "peak (#8171) to WarmupLR, WarmupDecayLR; ratio past warmup (#8142), unknown warmup "
+                             "peak (#8171) to WarmupLR; ratio past warmup (#8142), unknown warmup "
                              f"type (#8151) to WarmupCosineLR - {NOT_ACTIVE}"),
     "backports-active": ("0.19.3", "reset", "DeepSpeed 0.19.3: fixed upstream; the patch still backports default "
-                         "peak (#8171) to WarmupLR, WarmupDecayLR; unknown warmup type (#8151) to WarmupCosineLR - "
+                         "peak (#8171) to WarmupLR; unknown warmup type (#8151) to WarmupCosineLR - "
                          f"{ACTIVE}"),
     "backports-warn": ("0.19.3", "warn", "DeepSpeed 0.19.3: fixed upstream; the patch still backports default peak "
-                       "(#8171) to WarmupLR, WarmupDecayLR; unknown warmup type (#8151) to WarmupCosineLR - patch in "
+                       "(#8171) to WarmupLR; unknown warmup type (#8151) to WarmupCosineLR - patch in "
                        f"warn mode in new processes (through {ENV} + the .pth): they run unpatched and warn once per "
                        f"affected scheduler; set {ENV}=reset to fix them"),
     "fixed-upstream": ("0.19.8", None, "DeepSpeed 0.19.8: fixed upstream, the patch changes nothing (step mode still "

@@ -83,7 +83,9 @@ def test_the_classes_in_the_tables_order() -> None:
     # two rows: #7360 (0.17.2, group 0's lr) and #8171 (0.19.4, each group's): the newest is what is backported
     ("default_peak", "WarmupLR", "0.17.1", True), ("default_peak", "WarmupLR", "0.17.2", True),
     ("default_peak", "WarmupLR", "0.19.3", True), ("default_peak", "WarmupLR", "0.19.4", False),
-    ("default_peak", "WarmupDecayLR", "0.19.3", True), ("default_peak", "WarmupDecayLR", "0.19.4", False),
+    # WarmupDecayLR passes its own warmup_max_lr (default 0.001 on every release): no default peak to backport
+    ("default_peak", "WarmupDecayLR", "0.15.2", False), ("default_peak", "WarmupDecayLR", "0.19.3", False),
+    ("start", "WarmupDecayLR", "0.15.2", True),
     ("default_peak", "WarmupLR", UNTESTED, False),
     # changes the patch does not backport: never "lacks", whatever the release
     ("validation", "WarmupLR", "0.15.2", False), ("tensor_type", "WarmupLR", "0.15.2", False),
@@ -128,7 +130,8 @@ def test_the_methods_the_patch_wraps_on_each_release(version: str, methods: set[
 
 @pytest.mark.parametrize(("scheduler", "version", "wrong"), [
     ("WarmupLR", "0.15.2", True), ("WarmupLR", "0.15.3", True), ("WarmupLR", "0.19.3", True),
-    ("WarmupLR", "0.19.4", False), ("WarmupDecayLR", "0.19.3", True), ("WarmupDecayLR", "0.19.4", False),
+    ("WarmupLR", "0.19.4", False), ("WarmupDecayLR", "0.15.2", True), ("WarmupDecayLR", "0.15.3", False),
+    ("WarmupDecayLR", "0.19.3", False), ("WarmupDecayLR", "0.19.4", False),
     ("WarmupCosineLR", "0.18.9", True), ("WarmupCosineLR", "0.19.0", True),  # 0.19.4's unknown-warmup_type fallback
     ("WarmupCosineLR", "0.19.3", True), ("WarmupCosineLR", "0.19.4", False),
     ("OneCycle", "0.9.0", False), ("LRRangeTest", "0.15.2", False), ("WarmupLR", UNTESTED, False),
@@ -147,6 +150,7 @@ def test_which_classes_each_release_builds_otherwise_than_the_newest(scheduler: 
     ("OneCycle", "0.15.2", "not affected"), ("LRRangeTest", "0.19.8", "not affected"),
     ("WarmupLR", "0.15.3", "fixed upstream; the patch backports default peak (#8171)"),
     ("WarmupLR", "0.19.3", "fixed upstream; the patch backports default peak (#8171)"),
+    ("WarmupDecayLR", "0.19.3", "fixed upstream"),  # its own warmup_max_lr default, 0.001 on 0.19.8 too
     ("WarmupCosineLR", "0.19.0",
      "fixed upstream; the patch backports ratio past warmup (#8142), unknown warmup type (#8151)"),
     ("WarmupCosineLR", "0.19.3", "fixed upstream; the patch backports unknown warmup type (#8151)"),
@@ -167,7 +171,8 @@ def test_the_verdicts_name_every_class_in_the_tables_order() -> None:
     ("WarmupLR", "0.19.3", {}, ["default_peak"]),
     ("WarmupLR", "0.15.2", {"warmup_max_lr": 1e-3}, ["start", "get_lr_before_start"]),
     ("WarmupLR", "0.15.2", {}, ["start", "get_lr_before_start", "default_peak", "default_peak"]),
-    ("WarmupDecayLR", "0.19.3", {"total_num_steps": 8}, ["default_peak"]),
+    ("WarmupDecayLR", "0.19.3", {"total_num_steps": 8}, []),  # its default peak is 0.001 on 0.19.8 too
+    ("WarmupDecayLR", "0.15.2", {"total_num_steps": 8}, ["start", "get_lr_before_start"]),
     ("WarmupCosineLR", "0.19.3", {}, []),  # warmup_type defaults to log
     ("WarmupCosineLR", "0.19.3", {"warmup_type": "linear"}, []),
     ("WarmupCosineLR", "0.19.3", {"warmup_type": "cosine"}, ["unknown_warmup_type"]),

@@ -146,3 +146,19 @@ def test_a_reset_forgets_counters_warnings_and_schedulers(deepspeed: types.Modul
 def test_the_modules_the_package_waits_for_are_the_ones_it_patches() -> None:
     assert set(accelerate_warmup_patch.WAITS_FOR) == set(targets.PATCHERS)
     assert STATE.hooks is not None and STATE.hooks.waits_for == accelerate_warmup_patch.WAITS_FOR
+
+
+@pytest.mark.parametrize(("global_rank", "local_rank", "node_local", "written"), [
+    (0, 0, False, True), (1, 1, False, False), (8, 0, False, False),  # one shared folder: global rank 0 writes
+    (8, 0, True, True), (9, 1, True, False),  # a folder per node (use_node_local_storage): each node's local 0
+])
+def test_the_record_is_written_by_the_rank_that_makes_the_save_folder(
+        deepspeed: types.ModuleType, tmp_path: Any, global_rank: int, local_rank: int, node_local: bool,
+        written: bool) -> None:
+    api.apply("reset", via="test")
+    engine = sys.modules[ENGINE].DeepSpeedEngine()
+    engine.global_rank, engine.local_rank, engine.global_steps, engine.lr_scheduler = global_rank, local_rank, 3, None
+    engine.use_node_local_storage = lambda: node_local
+    (tmp_path / "global_step3").mkdir()
+    assert engine.save_checkpoint(str(tmp_path)) is True
+    assert (tmp_path / "global_step3" / "accelerate_warmup_patch.json").exists() is written
