@@ -19,6 +19,9 @@ from accelerate_warmup_patch.state import STATE
 def _fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
     # each warning is said once per process; every unit test is a process of its own in this respect
     monkeypatch.setattr(STATE, "warned", set())
+    # the release a real DeepSpeed's hook saw, where this interpreter imported one (the suite's sessions run this
+    # tier too): each test says which release it sees (deepspeed_release)
+    monkeypatch.setattr(STATE, "deepspeed_version", None)
 
 
 @pytest.fixture
