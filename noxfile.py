@@ -71,18 +71,41 @@ def _require_deepspeed(session: nox.Session) -> None:
 
 
 def _own_op_folder(session: nox.Session) -> None:
-    """The folder DeepSpeed compiles its CPU comm op into, inside the session's venv, and ccache's settings,
-    so that the compile (~1 min) runs once per DeepSpeed source and torch, not once per venv.
+    """The folder DeepSpeed compiles its CPU ops into, inside the session's venv, and ccache's settings, so that
+    each op (the comm op ~1 min, FusedAdam ~1.5 min) compiles once per DeepSpeed source and torch on this
+    machine, not once per venv or per clone.
 
     Two venvs never share the folder: ninja's command lines hold the venv's path, so each would rebuild
-    the other's. torch 2.13 compiles through ccache where ccache is on PATH (.ci/run installs it); its
-    base_dir, the envdir, makes those paths relative to the folder, the same in every venv, so the compile
-    of another venv with the same sources is a cache hit. The tests carry both variables to the ranks they
-    launch over ssh, MPI and Slurm. Without ccache each venv compiles."""
+    the other's. torch 2.13 compiles through ccache where ccache is on PATH (.ci/run installs it). Its
+    base_dir, the envdir, makes those paths relative to the folder, the same in every venv and every clone;
+    FusedAdam's builder passes -g, and with -g ccache also hashes the build folder unless told not to
+    (CCACHE_NOHASHDIR), which made every venv compile it again. The cache is ccache's own (CCACHE_DIR, else
+    its default folder) where that can be written, so a new clone's run finds what an earlier run compiled,
+    as uv's cache keeps what it downloaded; else a folder of the envdir's. The tests carry these variables to
+    the ranks they launch over ssh, MPI and Slurm. Without ccache each venv compiles."""
     venv = Path(session.virtualenv.location).resolve()
     session.env["TORCH_EXTENSIONS_DIR"] = str(venv / "torch_extensions")
-    session.env["CCACHE_DIR"] = str(venv.parent / "_ccache")
+    session.env["CCACHE_DIR"] = _ccache_dir(fallback=venv.parent / "_ccache")
     session.env["CCACHE_BASEDIR"] = str(venv.parent)
+    session.env["CCACHE_NOHASHDIR"] = "1"
+
+
+def _ccache_dir(fallback: Path) -> str:
+    """ccache's cache folder as ccache itself reports it (CCACHE_DIR or its configured default), when it can be
+    written; else ``fallback``."""
+    try:
+        reported = subprocess.run(["ccache", "--get-config", "cache_dir"], capture_output=True, text=True,
+                                  check=False, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        reported = ""
+    if reported:
+        try:
+            Path(reported).mkdir(parents=True, exist_ok=True)
+            if os.access(reported, os.W_OK):
+                return reported
+        except OSError:
+            pass
+    return str(fallback)
 
 
 def _own_ports(session: nox.Session, kind: str, index: int = 0) -> None:

@@ -37,7 +37,8 @@ def session_ccache() -> dict[str, str]:
     """The nox session's compiler cache settings (noxfile.py's _own_op_folder), where it has them: a rank that
     ssh, MPI or Slurm starts has only the variables its test carries, and without these it compiles
     DeepSpeed's op again (a minute or more)."""
-    return {name: os.environ[name] for name in ("CCACHE_DIR", "CCACHE_BASEDIR") if os.environ.get(name)}
+    names = ("CCACHE_DIR", "CCACHE_BASEDIR", "CCACHE_NOHASHDIR")
+    return {name: os.environ[name] for name in names if os.environ.get(name)}
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -55,25 +55,32 @@ def _sprung(folder: Path) -> list[str]:
     return sorted(path.name for path in folder.glob("sprung-*"))
 
 
-@pytest.mark.usefixtures("deepspeed")
-def test_demo_prints_both_trajectories_a_verdict_and_a_plot(tmp_path):
-    png = tmp_path / "lr.png"
-    proc = _command("demo", "--plot", str(png), cwd=_trapped(tmp_path / "work"))
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """One `demo -v --plot` run as a user starts it (its two training runs are new interpreters, about 15 s), in a
+    working directory of traps, with an empty op folder; each test below reads what it looks for in it."""
+    installed("deepspeed")  # without DeepSpeed both tests skip (fail under AWP_REQUIRE_DEEPSPEED)
+    folder = tmp_path_factory.mktemp("demo")
+    # an empty op folder: DeepSpeed's CPU backend would JIT-compile its shared-memory op into it (1-3 min)
+    env = {"TORCH_EXTENSIONS_DIR": str(folder / "torch_extensions")}
+    proc = _command("demo", "-v", "--plot", str(folder / "lr.png"), cwd=_trapped(folder / "work"), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert _sprung(tmp_path / "work") == []  # its two training runs imported nothing from there
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return proc, folder
+
+
+def test_demo_prints_both_trajectories_a_verdict_and_a_plot(demo_run):
+    proc, folder = demo_run
+    assert _sprung(folder / "work") == []  # its two training runs imported nothing from there
+    assert (folder / "lr.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     fixed = releases.start_fact("WarmupLR", installed("deepspeed")).value is releases.Start.SETS_EVERY_GROUP
     expected = "is fixed upstream; the patch changes nothing" if fixed else "has the bug (step 0 ran at 0.001)"
     assert expected in proc.stdout, proc.stdout
     assert "   0           0.001               0" in proc.stdout or fixed
 
 
-@pytest.mark.usefixtures("deepspeed")
-def test_demo_builds_no_comm_op_and_says_what_each_run_is_doing(tmp_path):
-    # an empty op folder: DeepSpeed's CPU backend would JIT-compile its shared-memory op into it (1-3 min)
-    extensions = tmp_path / "torch_extensions"
-    proc = _cli("demo", "-v", env={"TORCH_EXTENSIONS_DIR": str(extensions)})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def test_demo_builds_no_comm_op_and_says_what_each_run_is_doing(demo_run):
+    proc, folder = demo_run
+    extensions = folder / "torch_extensions"
     assert not (extensions / "deepspeed_shm_comm").exists(), sorted(p.name for p in extensions.iterdir())
     table = [line.split() for line in proc.stdout.splitlines() if line.strip()[:1].isdigit()]
     assert [float(row[2]) for row in table] == pytest.approx(demo.newest_release_lrs(demo.DEMO_STEPS))
