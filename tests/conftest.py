@@ -85,8 +85,8 @@ def installed(distribution: str) -> str:
     return version
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def deepspeed() -> str:
-    """DeepSpeed's installed release, for a test that needs it in a module that mostly does not: without it the
-    test skips (or fails, under AWP_REQUIRE_DEEPSPEED)."""
+    """DeepSpeed's installed release, for a test (or a module's fixture) that needs it in a module that mostly does
+    not: without it the test skips (or fails, under AWP_REQUIRE_DEEPSPEED)."""
     return installed("deepspeed")

@@ -56,10 +56,9 @@ def _sprung(folder: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+def demo_run(deepspeed: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
     """One `demo -v --plot` run as a user starts it (its two training runs are new interpreters, about 15 s), in a
     working directory of traps, with an empty op folder; each test below reads what it looks for in it."""
-    installed("deepspeed")  # without DeepSpeed both tests skip (fail under AWP_REQUIRE_DEEPSPEED)
     folder = tmp_path_factory.mktemp("demo")
     # an empty op folder: DeepSpeed's CPU backend would JIT-compile its shared-memory op into it (1-3 min)
     env = {"TORCH_EXTENSIONS_DIR": str(folder / "torch_extensions")}
