@@ -1,7 +1,7 @@
 """Stand-ins and settings that let DeepSpeed 0.9-0.13 build a real engine on a CPU without IPEX.
 
 The harness calls ``prepare()`` before each run; on DeepSpeed 0.14 and newer it does nothing. What
-it does on older releases, and why (each measured: see README, "Era stacks"):
+it does on older releases, and why (each measured: see docs/eras.md):
 
 1. ``oneccl_bindings_for_pytorch``: an empty stand-in module (``tests/era_stubs/``) on sys.path.
    Their CPU accelerator imports it at module top; the real package is a binary that the package
@@ -54,7 +54,7 @@ def prepare() -> None:
     if str(STUBS) not in sys.path:
         sys.path.insert(0, str(STUBS))
     if importlib.util.find_spec("deepspeed.accelerator.cpu_accelerator") is None:
-        return  # 0.9.0-0.9.2: no CPU accelerator at all, an engine stops at CUDA (README, "Era stacks")
+        return  # 0.9.0-0.9.2: no CPU accelerator at all, an engine stops at CUDA (docs/eras.md)
     from deepspeed.accelerator import set_accelerator
     from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
 
