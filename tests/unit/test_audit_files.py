@@ -337,7 +337,7 @@ def _unlistable_tree() -> tuple[Path, Callable[..., subprocess.CompletedProcess[
         folder.chmod(0o755)
     for file in (base / "runs" / "good").rglob("*"):
         file.chmod(0o755 if file.is_dir() else 0o644)
-    package = Path(audit_cli.__file__).parents[1]
+    package = Path(audit_cli.__file__).parents[2]
     copy = base / "package"
     shutil.copytree(package, copy / "accelerate_warmup_patch", ignore=shutil.ignore_patterns("__pycache__"))
     for item in [copy, *copy.rglob("*")]:

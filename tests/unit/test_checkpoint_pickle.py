@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[2]))
 import audit_files as files
 
-from accelerate_warmup_patch.cli import checkpoint_pickle
-from accelerate_warmup_patch.cli.checkpoint_pickle import StandIn, Tensor, Unreadable
+from accelerate_warmup_patch.cli.audit import checkpoint_pickle
+from accelerate_warmup_patch.cli.audit.checkpoint_pickle import StandIn, Tensor, Unreadable
 
 
 def _load(tmp_path: Path, value: Any, legacy: bool = False) -> Any:

@@ -1,0 +1,7 @@
+"""The verdicts the audit gives, and the names of what it reads beside a checkpoint."""
+
+from __future__ import annotations
+
+AFFECTED, NOT_AFFECTED, UNKNOWN, UNREADABLE = "affected", "not affected", "unknown", "unreadable"
+SKIPPED = "skipped"  # a symlinked folder inside a PATH: not followed, named (its own PATH audits it)
+RECORD_FILE = "accelerate_warmup_patch.json"  # the record a patched run writes in each tag folder
