@@ -116,9 +116,6 @@ def binding_problem(recorded: Any, actual: dict[str, Any]) -> str:
 
 # Numbers ----------------------------------------------------------------------------------------------------
 
-_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
-
-
 def encode_lr(value: float) -> float | str:
     """An lr as JSON holds it: a finite float as itself, NaN and infinities as "nan", "inf", "-inf"."""
     if math.isnan(value):
@@ -134,8 +131,8 @@ def decode_lr(value: Any) -> float | None:
         return None
     if isinstance(value, (int, float)):
         return float(value) if math.isfinite(value) else None
-    if isinstance(value, str):
-        return _NON_FINITE.get(value)
+    if value in ("nan", "inf", "-inf"):
+        return float(value)
     return None
 
 
