@@ -65,10 +65,11 @@ def watch(engine: Any, *, again: bool = False) -> None:
 
 
 def _hook(engine: Any) -> Watch:
-    optimizer = schedules.torch_optimizer(getattr(engine, "optimizer", None))
-    register = getattr(optimizer, "register_step_pre_hook", None)
+    optimizer = getattr(engine, "optimizer", None)
     if optimizer is None:
         return Watch(why_not="the engine has no optimizer")
+    optimizer = schedules.torch_optimizer(optimizer)  # DeepSpeed's wrapper (ZeRO, fp16, bf16): the torch one in it
+    register = getattr(optimizer, "register_step_pre_hook", None)
     if not callable(register):
         return Watch(why_not="this torch has no optimizer step pre-hook (torch 2.0+): the first step was not "
                      "observed")

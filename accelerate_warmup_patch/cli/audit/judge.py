@@ -410,11 +410,14 @@ def _past_the_cosine(params: dict[str, Any], iteration: int | None) -> tuple[boo
     return False, ""
 
 
-def lr_text(value: float | None) -> str:
-    return "?" if value is None else f"{value:g}"
+def lr_text(value: float | str | None) -> str:
+    """An lr as the report shows it: ``?`` where unknown; NaN and infinities (strings in the JSON) as such."""
+    if value is None:
+        return "?"
+    return value if isinstance(value, str) else f"{value:g}"
 
 
-def lrs_text(per_group: list[float | None] | None, first: float | None) -> str:
+def lrs_text(per_group: list[float | str | None] | None, first: float | str | None) -> str:
     if per_group:
         return ", ".join(lr_text(v) for v in per_group)
     return lr_text(first)
