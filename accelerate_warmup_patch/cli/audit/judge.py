@@ -189,7 +189,8 @@ def _observed(report: dict[str, Any], origin: dict[str, Any]) -> tuple[str, str]
         did = {"fixed": ", which fixed it", "as-release": ", which had nothing to change"}.get(
             origin.get("patch_did") or "", "")
         return NOT_AFFECTED, f"{ran}{did}: as {releases.NEWEST_DEEPSPEED} runs it"
-    report["differences"].append(f"{ran}, {releases.NEWEST_DEEPSPEED} runs it at {lrs_text(expected, None)}")
+    warned = "warned, not fixed: " if origin.get("patch_did") == "warned" else ""
+    report["differences"].append(f"{warned}{ran}, {releases.NEWEST_DEEPSPEED} runs it at {lrs_text(expected, None)}")
     return AFFECTED, report["differences"][-1]
 
 
