@@ -71,9 +71,13 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
     for name in RESUMES:
         shutil.copytree(root / name, root / f"{name}-unmarked")
         (root / f"{name}-unmarked" / TAG.get(name, "ckpt") / RECORD).unlink(missing_ok=True)  # asserted below
-    again = Spec(steps=2, resume_from=str(root / "reset"), save_to=str(root / "resumed"))
+    again = [Spec(steps=2, resume_from=str(root / "reset"), save_to=str(root / "resumed")),
+             # accelerate's load_state and the Trainer's resume_from_checkpoint, each saving again (#41)
+             Spec(path="accelerate", steps=2, resume_from=str(root / "accelerate"),
+                  save_to=str(root / "accelerate-resumed")),
+             Spec(path="trainer", steps=6, resume_from=str(root / "trainer"), save_to=str(root / "trainer-resumed"))]
     unarmed = run_specs(*_resumes(root))
-    armed = run_specs(*_resumes(root), again, env={"ACCELERATE_WARMUP_PATCH": "reset"})
+    armed = run_specs(*_resumes(root), *again, env={"ACCELERATE_WARMUP_PATCH": "reset"})
     return root, {"saved": ran, "unarmed": unarmed, "armed": armed}
 
 
@@ -150,6 +154,15 @@ def test_a_resumed_run_records_that_step_0_ran_in_an_earlier_process_and_carries
     assert record["loads"] == [{"tag": "ckpt", "deepspeed": DEEPSPEED, "global_steps": 3, "scheduler": "WarmupLR",
                                 "record": 2, "bound": True}]
     assert record["first_step"]["observed"] is True and record["first_step"]["global_steps"] == 3
+
+
+def test_accelerate_and_trainer_resumes_carry_the_step_0_their_first_process_observed(saved):
+    root, _ = saved
+    for resumed, first, tag in (("accelerate-resumed", "accelerate", "pytorch_model"),
+                                ("trainer-resumed", "trainer", "checkpoint-6/global_step6")):
+        record = json.loads((root / resumed / tag / RECORD).read_text(encoding="utf-8"))
+        assert record["step0"] == _record(root, first)["step0"], resumed
+        assert record["step0"]["how"] == "observed" and record["loads"][0]["bound"] is True, record
 
 
 def test_an_engine_without_a_scheduler_or_with_a_torch_one_is_recorded_as_such(saved):
