@@ -36,6 +36,9 @@ ARMED: dict[str, tuple[Spec, str | None]] = {
     "upgrade": (Spec(steps=2, resume_from="unpatched"), "unpatched"),  # the early save is not in this folder
     "no-optimizer-states": (Spec(steps=2, resume_from="unpatched", load_optimizer_states=False), "unpatched"),
     "resumed-patched": (Spec(steps=2, resume_from="patched", load_lr_scheduler_states=False), "patched"),
+    # ZeRO 2 steps the torch optimizer once per group, narrowed to it; ZeRO 3 names its file zero_pp_rank_0_...
+    "zero2-two-groups": (Spec(steps=2, zero=2, groups=[1e-3, 2e-3]), None),
+    "zero3": (Spec(steps=2, zero=3), None),
 }
 
 
@@ -94,6 +97,14 @@ def test_the_audits_verdict_and_step0_lr_are_the_optimizers_truth(runs, audited,
     report = audited[name]
     assert report["verdict"] == _expected_verdict(truth[name]), (truth[name], report)
     assert report["step0_lr"] == truth[name][0], (truth[name], report)
+
+
+@pytest.mark.parametrize("name", ["zero2-two-groups", "zero3"])
+def test_a_patched_zero_run_records_every_groups_step_0_bound_to_its_rank_0_file(runs, audited, name):
+    _, truth = runs
+    report = audited[name]
+    assert report["verdict"] == "not affected" and report["step0_lrs"] == truth[name], (truth[name], report)
+    assert report["record"]["bound_to"]["file"] == Path(report["checkpoint"]).name, report
 
 
 def test_a_patched_run_copied_with_cp_r_is_still_proven(audited):
