@@ -4,10 +4,11 @@ ran at, and what each load_checkpoint carried in from the save it loaded.
 - **The first step, observed**: where the patch already sees an engine (the initialize net, and after each
   load_checkpoint) it registers a torch optimizer step pre-hook (``Optimizer.register_step_pre_hook``, torch 2.0+)
   on the engine's torch optimizer. At the first optimizer step it reads each group's lr, the scheduler's
-  ``last_batch_iteration`` and ``engine.global_steps``, and from then on returns at once. torch iterates the hooks
-  while it calls them, so a hook cannot remove itself there (``OrderedDict mutated during iteration`` when another
-  hook follows it): the next save or load removes it. What the record says is what the step ran at, never what
-  the patch meant it to run at: a restore after the patch set the lr shows.
+  ``last_batch_iteration`` and ``engine.global_steps``. torch iterates the pre-hooks while it calls them, and a hook
+  that removes itself there breaks the hook after it (``OrderedDict mutated during iteration``), so a post-hook it
+  registers removes it at the end of that same step, and then itself: nothing is left on a steady step. What the
+  record says is what the step ran at, never what the patch meant it to run at: a restore after the patch set the
+  lr shows.
 - **What a load carried in**: after load_checkpoint, the record beside the loaded model-states file, if it is
   bound to that very file, hands over its story of step 0; otherwise the story says why there is none (no record:
   step 0 ran unpatched, or patched by 0.4.0 or older), with the loaded save's release (its ``ds_version``, which
@@ -32,7 +33,8 @@ RECORD_BYTES = 64 * 1024  # the bound of a record read back at load (the audit's
 class Watch:
     """One engine's watch of the next optimizer step in this process (its first, or its first after a load)."""
 
-    handle: Any = None  # the torch hook's handle while registered
+    handle: Any = None  # the torch pre-hook's handle while registered
+    cleanup: Any = None  # the post-hook that removes it after the first step, while registered
     groups: list[Any] = field(default_factory=list)  # the groups when registered (ZeRO 1/2 step one at a time)
     seen: dict[str, Any] | None = None  # what the step ran at: lrs, global_steps, last_batch_iteration
     why_not: str | None = None  # why it cannot be seen (no torch hook, no optimizer, a failure)
@@ -77,14 +79,30 @@ def _hook(engine: Any) -> Watch:
     engine_ref = weakref.ref(engine)
 
     def first_step(opt: Any, args: Any, kwargs: Any) -> None:
-        if watched.seen is None and watched.why_not is None:  # after the first step: this one test
-            try:
-                watched.seen = _observe(engine_ref(), opt, watched.groups)
-            except Exception as error:  # runs inside the user's optimizer step: never break it
-                watched.why_not = f"reading the first step failed ({type(error).__name__}: {str(error)[:200]})"
+        if watched.seen is not None or watched.why_not is not None:
+            return  # seen: only until the post-hook below (or the next save or load) takes it out
+        try:
+            watched.seen = _observe(engine_ref(), opt, watched.groups)
+            watched.cleanup = opt.register_step_post_hook(lambda *_: _clean_up(watched))
+        except Exception as error:  # runs inside the user's optimizer step: never break it
+            watched.why_not = f"reading the first step failed ({type(error).__name__}: {str(error)[:200]})"
 
     watched.handle = register(first_step)
     return watched
+
+
+def _clean_up(watched: Watch) -> None:
+    """After the first step: the pre-hook goes (torch is iterating the post-hooks now, not the pre-hooks), and so
+    does this post-hook where it is the last one torch iterates (removing a hook that others follow breaks torch's
+    loop: ``OrderedDict mutated during iteration``); else the next save or load removes it."""
+    if watched.handle is not None:
+        watched.handle.remove()
+        watched.handle = None
+    cleanup = watched.cleanup
+    hooks = getattr(cleanup, "hooks_dict_ref", lambda: None)()
+    if cleanup is not None and hooks is not None and next(reversed(hooks), None) == getattr(cleanup, "id", None):
+        cleanup.remove()
+        watched.cleanup = None
 
 
 def _observe(engine: Any, optimizer: Any, groups: list[Any]) -> dict[str, Any]:
@@ -105,9 +123,10 @@ def _count(value: Any) -> int | None:
 
 
 def _unhook(watched: Watch) -> None:
-    if watched.handle is not None:
-        watched.handle.remove()
-        watched.handle = None
+    for handle in (watched.handle, watched.cleanup):
+        if handle is not None:
+            handle.remove()
+    watched.handle = watched.cleanup = None
 
 
 def unhook_fired(engine: Any) -> None:
