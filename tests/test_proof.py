@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Spec, run_specs
+from conftest import Spec, run_child, run_specs
 
 RECORD = "accelerate_warmup_patch.json"
 NEWEST_STEP0 = 0.0  # WarmupLR-linear's warmup_min_lr: what 0.19.8 runs step 0 at
@@ -136,3 +136,13 @@ def test_an_inf_optimizer_lr_is_written_as_valid_json(runs):
     root, _ = runs
     text = (root / "patched-inf" / "ckpt" / RECORD).read_text()
     assert "Infinity" not in text and json.loads(text)["step0"]["how"] == "observed"
+
+
+def test_the_watch_of_the_first_step_leaves_no_hook_on_a_steady_step():
+    proc = run_child("first_step_hooks.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (found["pre"], found["post"]) == (2, 1), found  # the user's own three hooks, no more
+    assert found["ran"] == ["user pre, before", "user pre, after", "user post"] * 3, found
+    assert found["first_step"] == {"observed": True, "lrs": [0.25], "global_steps": 0, "skipped_steps": 0,
+                                   "last_batch_iteration": None}
