@@ -246,7 +246,8 @@ def test_a_fixed_start_then_an_unpatched_cosine_past_its_total_is_affected_and_b
     code, report = one(tmp_path / "run")
     assert report["verdict"] == "affected" and code == 1, report
     assert "as 0.19.8 runs it" in report["why"] and "total_num_steps" in report["why"], report
-    assert report["step0_lr"] == 0.0
+    # the newest save has no record: a resume of the fixed start, or a fresh unpatched start (the files cannot tell)
+    assert "the files cannot tell which" in report["why"] and report["step0_lr"] is None
 
 
 def test_a_record_with_non_finite_lrs_is_read_and_reported_as_such(tmp_path: Path) -> None:
@@ -309,3 +310,26 @@ def test_a_load_of_a_save_without_its_own_record_says_step_0_ran_unrecorded(
     carried = witness.carried(engine)
     assert carried is not None and carried.step0["how"] == how, carried
     assert carried.step0["deepspeed"] == "0.15.2" and carried.step0["global_steps"] == 6
+
+
+def test_a_fresh_unpatched_rerun_that_saved_fewer_tags_is_not_cleared_by_an_older_bound_record(tmp_path: Path) -> None:
+    # a patched run saved global_step3 and global_step9; an unpatched rerun from scratch saved global_step3 over
+    # it (its record is then not that save's) and crashed: latest names global_step3, global_step9 is still there
+    patched_run(tmp_path / "run", observed([0.0], [0.0]), tag="global_step9", global_steps=9)
+    kept = (tmp_path / "run" / "global_step9" / record_data.RECORD_FILE).read_text()
+    patched_run(tmp_path / "run", observed([0.0], [0.0]), tag="global_step3", global_steps=3)
+    record = (tmp_path / "run" / "global_step3" / record_data.RECORD_FILE).read_text()
+    files.write_run(tmp_path / "run", tag="global_step3", global_steps=3, lr=2e-3)  # the rerun's save
+    (tmp_path / "run" / "global_step3" / record_data.RECORD_FILE).write_text(record)
+    assert (tmp_path / "run" / "global_step9" / record_data.RECORD_FILE).read_text() == kept
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "unknown" and code == 0, report
+    assert "the files cannot tell which" in report["why"], report
+
+
+def test_a_patched_start_resumed_unpatched_on_a_fixed_release_keeps_its_proof(tmp_path: Path) -> None:
+    patched_run(tmp_path / "run", observed([0.0], [0.0]), tag="global_step3", global_steps=3)
+    (tmp_path / "run" / "latest").unlink()
+    files.write_run(tmp_path / "run", tag="global_step6", version="0.19.8")  # resumed unpatched on 0.19.8
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "not affected" and "observed by" in report["why"], report

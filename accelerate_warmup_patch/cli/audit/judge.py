@@ -134,12 +134,31 @@ def _judge_from_chain(report: dict[str, Any], chain: Save, scheduler: str, param
     record = chain.record
     assert record is not None
     found = [_step0_from_origin(report, record["step0"], scheduler, params, chain)]
+    if chain is not newest and found[0][0] == NOT_AFFECTED:
+        found[0] = _unless_started_afresh(report, scheduler, params, chain, newest, found[0])
     if not _patched_process(newest):
         later = _later_changes(report, scheduler, params, newest)
         if later is not None:
             found.append(later)
     report["verdict"] = max((verdict for verdict, _ in found), key=_WORST.__getitem__)
     report["why"] = "; ".join(why for _, why in found if why)
+
+
+def _unless_started_afresh(report: dict[str, Any], scheduler: str, params: dict[str, Any], chain: Save,
+                           newest: Save, cleared: tuple[str, str]) -> tuple[str, str]:
+    """A chain that clears step 0 from a save older than the newest, which has no bound record: the process that
+    wrote the newest save resumed from that chain (then it holds) or started afresh, unpatched, into the same
+    folder (a rerun that saved fewer tags): only if such a fresh start on the newest save's release would not be
+    affected does the chain's answer stand."""
+    scratch = {**report, "differences": [], "notes": [], "verdict": UNKNOWN, "why": ""}
+    _judge(scratch, scheduler, params, newest.version, newest.version, later=False)
+    if scratch["verdict"] == NOT_AFFECTED:
+        return cleared
+    report["step0_lrs"] = report["step0_lr"] = None
+    return UNKNOWN, (f"{cleared[1]} (the record of {chain.tag.name}); but the newest save, {newest.tag.name}, has no "
+                     "bound record: its process resumed from that save (then step 0 is as recorded) or started "
+                     f"afresh unpatched (then it ran on DeepSpeed {newest.version} as an unpatched run: "
+                     f"{scratch['verdict']}), and the files cannot tell which")
 
 
 def _patched_process(save: Save) -> bool:
