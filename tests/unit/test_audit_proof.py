@@ -333,3 +333,11 @@ def test_a_patched_start_resumed_unpatched_on_a_fixed_release_keeps_its_proof(tm
     files.write_run(tmp_path / "run", tag="global_step6", version="0.19.8")  # resumed unpatched on 0.19.8
     _, report = one(tmp_path / "run")
     assert report["verdict"] == "not affected" and "observed by" in report["why"], report
+
+
+def test_an_observed_step0_without_the_patchs_reference_is_held_against_the_tables(tmp_path: Path) -> None:
+    patched_run(tmp_path / "left", observed([0.0], None, patch_did="left"))
+    patched_run(tmp_path / "hurt", observed([0.001], None, patch_did="left"))
+    code, reports = audit(tmp_path / "hurt", tmp_path / "left")
+    assert [(r["verdict"], r["newest_step0_lr"]) for r in reports] == [("affected", 0.0), ("not affected", 0.0)]
+    assert code == 1

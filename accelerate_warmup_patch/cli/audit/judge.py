@@ -173,7 +173,7 @@ def _step0_from_origin(report: dict[str, Any], origin: dict[str, Any], scheduler
     a reason that it is not known."""
     how = origin["how"]
     if how == record_data.OBSERVED:
-        return _observed(report, origin)
+        return _observed(report, origin, _newest_step0_from_table(report, scheduler, params, origin["deepspeed"]))
     if how == record_data.NO_STEP_YET:  # that save came before step 0, which a process with no record then ran
         return _from_table(report, scheduler, params, chain.version, f"the newest bound record ({chain.tag.name}) "
                            "was saved before step 0, and the process that ran it left no bound record", proof=False)
@@ -188,18 +188,25 @@ def _step0_from_origin(report: dict[str, Any], origin: dict[str, Any], scheduler
     return UNKNOWN, f"{why}; the release that ran step 0 is not known"
 
 
-def _observed(report: dict[str, Any], origin: dict[str, Any]) -> tuple[str, str]:
+def _newest_step0_from_table(report: dict[str, Any], scheduler: str, params: dict[str, Any],
+                             release: str) -> list[float | None] | None:
+    """What 0.19.8 runs step 0 at for this config, per group, as the table reads it; None where it cannot."""
+    scratch = {**report, "differences": [], "notes": [], "verdict": UNKNOWN, "why": ""}
+    _judge(scratch, scheduler, params, release, release, later=False)
+    newest = scratch["newest_step0_lrs"]
+    return list(newest) if newest else ([scratch["newest_step0_lr"]] if scratch["newest_step0_lr"] is not None
+                                        else None)
+
+
+def _observed(report: dict[str, Any], origin: dict[str, Any], table: list[float | None] | None) -> tuple[str, str]:
     """Step 0 as a patched process saw its optimizer run it, against what 0.19.8 runs it at: the lrs that patch set
-    (or found right, or would have set in warn mode), else the table's reading of the config."""
+    (or found right, or would have set in warn mode), else the table's reading of the config (``table``)."""
     lrs, expected = origin["lrs"], origin["expected"]
     who = f"accelerate-warmup-patch {origin.get('patch') or '?'} ({origin.get('mode') or '?'})"
     report["step0_lrs"], report["step0_lr"] = lrs, lrs[0] if lrs else None
     report["step0_deepspeed_version"] = origin["deepspeed"]
-    if expected is None:
-        table = report["newest_step0_lrs"] or ([report["newest_step0_lr"]] if report["newest_step0_lr"] is not None
-                                               else None)
-        if table is not None and len(table) == len(lrs) and None not in table:
-            expected = table
+    if expected is None and table is not None and len(table) == len(lrs) and None not in table:
+        expected = table
     ran = f"step 0 ran at {lrs_text(lrs, None)} (observed by {who} on DeepSpeed {origin['deepspeed']})"
     if expected is None:
         return UNKNOWN, f"{ran}; what {releases.NEWEST_DEEPSPEED} runs it at is not known here"
