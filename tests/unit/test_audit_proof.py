@@ -23,6 +23,7 @@ import audit_files as files
 
 from accelerate_warmup_patch import record_data, witness
 from accelerate_warmup_patch.cli import audit as audit_cli
+from accelerate_warmup_patch.cli.audit import find
 from accelerate_warmup_patch.state import STATE
 
 COSINE = {"type": "WarmupCosineLR", "params": {"warmup_min_ratio": 0.0, "warmup_num_steps": 3,
@@ -99,10 +100,17 @@ def test_model_states_in_torchs_legacy_format_cannot_be_bound(tmp_path: Path) ->
     assert bound["file"] is None and "legacy format" in bound["unbound"]
 
 
-def test_the_lowest_ranked_model_states_file_is_bound_as_the_audit_reads_it(tmp_path: Path) -> None:
-    for rank in (10, 2, 0):
-        (tmp_path / f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt").write_bytes(b"")
-    assert record_data.lowest_model_states(str(tmp_path)) == "zero_pp_rank_0_mp_rank_00_model_states.pt"
+@pytest.mark.parametrize("names", [
+    ["zero_pp_rank_10_mp_rank_00_model_states.pt", "zero_pp_rank_2_mp_rank_00_model_states.pt",
+     "zero_pp_rank_0_mp_rank_00_model_states.pt"],
+    ["mp_rank_01_model_states.pt", "mp_rank_00_model_states.pt", "layer_01-model_states.pt"],
+    ["zero_pp_rank_1_mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_01_model_states.pt"],
+])
+def test_the_writer_binds_the_model_states_file_the_audit_reads(tmp_path: Path, names: list[str]) -> None:
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    read = find.model_states(tmp_path)
+    assert read is not None and record_data.lowest_model_states(str(tmp_path)) == read.name
 
 
 # Numbers ----------------------------------------------------------------------------------------------------
