@@ -1,5 +1,7 @@
-"""One run's verdict: step 0 from its earliest save that took a step (and the patch's record there), the later
-changes from its newest save, against the guard table (``releases``, through ``config_facts``)."""
+"""One run's verdict from all the facts (docs/audit.md, "When each verdict is given"): step 0 from the chain of the
+newest record bound to its save (record 2: an observed step 0, or the release that ran it unrecorded), else from its
+earliest save that took a step, read with the guard table (``releases``, through ``config_facts``); the later
+changes from its newest save. The worst wins; "not affected" only from proof."""
 
 from __future__ import annotations
 
@@ -150,8 +152,7 @@ def _unless_started_afresh(report: dict[str, Any], scheduler: str, params: dict[
     wrote the newest save resumed from that chain (then it holds) or started afresh, unpatched, into the same
     folder (a rerun that saved fewer tags): only if such a fresh start on the newest save's release would not be
     affected does the chain's answer stand."""
-    scratch = {**report, "differences": [], "notes": [], "verdict": UNKNOWN, "why": ""}
-    _judge(scratch, scheduler, params, newest.version, newest.version, later=False)
+    scratch = _table_reading(report, scheduler, params, newest.version)
     if scratch["verdict"] == NOT_AFFECTED:
         return cleared
     report["step0_lrs"] = report["step0_lr"] = None
@@ -159,6 +160,13 @@ def _unless_started_afresh(report: dict[str, Any], scheduler: str, params: dict[
                      "bound record: its process resumed from that save (then step 0 is as recorded) or started "
                      f"afresh unpatched (then it ran on DeepSpeed {newest.version} as an unpatched run: "
                      f"{scratch['verdict']}), and the files cannot tell which")
+
+
+def _table_reading(report: dict[str, Any], scheduler: str, params: dict[str, Any], release: str) -> dict[str, Any]:
+    """A copy of ``report`` judged by the guard table alone, as if ``release`` had run step 0 unpatched (no later
+    change): its verdict, why, step-0 lrs and differences, for the caller to weigh."""
+    scratch = {**report, "differences": [], "notes": [], "verdict": UNKNOWN, "why": ""}
+    return _judge(scratch, scheduler, params, release, release, later=False)
 
 
 def _patched_process(save: Save) -> bool:
@@ -191,8 +199,7 @@ def _step0_from_origin(report: dict[str, Any], origin: dict[str, Any], scheduler
 def _newest_step0_from_table(report: dict[str, Any], scheduler: str, params: dict[str, Any],
                              release: str) -> list[float | None] | None:
     """What 0.19.8 runs step 0 at for this config, per group, as the table reads it; None where it cannot."""
-    scratch = {**report, "differences": [], "notes": [], "verdict": UNKNOWN, "why": ""}
-    _judge(scratch, scheduler, params, release, release, later=False)
+    scratch = _table_reading(report, scheduler, params, release)
     newest = scratch["newest_step0_lrs"]
     return list(newest) if newest else ([scratch["newest_step0_lr"]] if scratch["newest_step0_lr"] is not None
                                         else None)
@@ -224,8 +231,7 @@ def _from_table(report: dict[str, Any], scheduler: str, params: dict[str, Any], 
                 proof: bool) -> tuple[str, str]:
     """Step 0 judged by the guard table on ``release``. ``proof``: that release is known to have run step 0
     unpatched, so the table's answer stands; otherwise only a class or release that needs no fix clears it."""
-    scratch = {**report, "differences": [], "notes": [], "verdict": UNKNOWN, "why": ""}
-    _judge(scratch, scheduler, params, release, release, later=False)
+    scratch = _table_reading(report, scheduler, params, release)
     for key in ("step0_lr", "newest_step0_lr", "step0_lrs", "newest_step0_lrs"):
         report[key] = scratch[key]
     report["notes"].extend(scratch["notes"])
