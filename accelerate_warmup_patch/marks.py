@@ -128,6 +128,11 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def writes_records(engine: Any) -> bool:
+    """Whether this process writes ``engine``'s records: only it needs to watch the first step and read a load's."""
+    return _writer_rank(engine) == 0
+
+
 def _writer_rank(engine: Any) -> int:
     """The rank whose 0 writes the record: the one save_checkpoint itself makes ``save_dir`` with. With
     ``checkpoint.use_node_local_storage`` each node saves into a folder of its own, and DeepSpeed uses the local rank

@@ -65,8 +65,9 @@ def load_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
                 failures.report("align", what="aligning the lr after load_checkpoint", error=error,
                                 consequence="the lr after this load is left as DeepSpeed set it")
             try:  # after the align: the watch sees the lr the next step really runs at
-                witness.loaded(instance, _first_of(result), result[1] if isinstance(result, tuple) and
-                               len(result) > 1 else None)
+                if marks.writes_records(instance):
+                    witness.loaded(instance, _first_of(result), result[1] if isinstance(result, tuple) and
+                                   len(result) > 1 else None)
             except Exception as error:
                 failures.report("carry", what="reading the record of the loaded checkpoint", error=error,
                                 consequence="the records this process writes say step 0's history is unknown")
@@ -85,7 +86,8 @@ def prepare_first_step(engine: Any, when: str = "before the first optimizer step
     """Before an engine's first optimizer step: a scheduler built before the patch was applied is settled
     as the constructor's fix would have. Step mode's step waits for the optimizer step itself."""
     try:
-        witness.watch(engine)  # the record: the lr this engine's first optimizer step really runs at
+        if marks.writes_records(engine):  # the record: the lr this engine's first optimizer step really runs at
+            witness.watch(engine)
         scheduler = getattr(engine, "lr_scheduler", None)
         if scheduler is None or id(scheduler) in STATE.netted.ids:  # a scheduler seen before: one set lookup
             return

@@ -21,8 +21,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import ports
 import pytest
-from conftest import Spec, run_child, run_specs
+from conftest import CHILDREN, Spec, run_child, run_specs
 
 RECORD = "accelerate_warmup_patch.json"
 NEWEST_STEP0 = 0.0  # WarmupLR-linear's warmup_min_lr: what 0.19.8 runs step 0 at
@@ -146,3 +147,20 @@ def test_the_watch_of_the_first_step_leaves_no_hook_on_a_steady_step():
     assert found["ran"] == ["user pre, before", "user pre, after", "user post"] * 3, found
     assert found["first_step"] == {"observed": True, "lrs": [0.25], "global_steps": 0, "skipped_steps": 0,
                                    "last_batch_iteration": None}
+
+
+def test_two_ranks_write_one_record_per_tag_bound_to_rank_0s_files_and_carried_on_resume(tmp_path):
+    # two CPU ranks, data parallel: rank 0 alone watches, reads the loaded record and writes; the resume carries step 0
+    env = {**os.environ, "ACCELERATE_WARMUP_PATCH": "reset"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           str(ports.port(ports.RECORD_TWO_RANKS)), str(CHILDREN / "two_ranks_records.py"),
+                           str(tmp_path)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    truth = json.loads((tmp_path / "rank0.json").read_text())["run"][0]
+    assert json.loads((tmp_path / "rank1.json").read_text())["run"][0] == truth
+    records = {folder: json.loads((tmp_path / folder / "ckpt" / RECORD).read_text()) for folder in ("run", "resumed")}
+    assert sorted(p.parent.parent.name for p in tmp_path.rglob(RECORD)) == ["resumed", "run"]
+    for record in records.values():
+        assert record["bound_to"]["file"] == "mp_rank_00_model_states.pt", record
+        assert record["step0"]["how"] == "observed" and record["step0"]["lrs"] == [truth], record
+    assert records["resumed"]["loads"][0]["bound"] is True
