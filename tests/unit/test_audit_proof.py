@@ -184,7 +184,8 @@ def test_a_record_that_disagrees_with_the_save_beside_it_is_ignored(tmp_path: Pa
     {"step0": {"how": "guessed"}}, {"step0": {"how": "observed", "deepspeed": "0.15.2", "lrs": ["zero"],
                                               "global_steps": 0}},
     {"step0": {"how": "observed", "deepspeed": "0.15.2", "lrs": [0.0], "global_steps": None}},
-    {"global_steps": None}, {"global_steps": "6"}, {"loads": {"tag": "x"}},
+    {"step0": observed([], [])}, {"step0": observed([0.0], [0.0, 0.0])},
+    {"global_steps": None}, {"global_steps": "6"}, {"loads": {"tag": "x"}}, {"record": True},
     {"first_step": {"observed": "yes"}},
 ])
 def test_a_record_2_with_a_field_of_the_wrong_type_is_absent_with_a_note(tmp_path: Path,

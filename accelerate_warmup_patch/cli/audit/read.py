@@ -257,6 +257,8 @@ def _valid_step0(step0: Any) -> dict[str, Any]:
             raise ValueError("an observed step0 must name its deepspeed and global_steps")
         valid["lrs"] = _lrs(step0.get("lrs"), "step0.lrs", optional=False)
         valid["expected"] = _lrs(step0.get("expected"), "step0.expected")
+        if not valid["lrs"] or (valid["expected"] is not None and len(valid["expected"]) != len(valid["lrs"])):
+            raise ValueError("step0.lrs must hold one lr per group, and step0.expected as many or be null")
     return valid
 
 
