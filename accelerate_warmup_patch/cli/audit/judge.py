@@ -5,6 +5,7 @@ changes from its newest save. The worst wins; "not affected" only from proof."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from . import checkpoint_pickle
 from .checkpoint_pickle import Unreadable
 from .find import Run
 from .read import Save, number, read_save
-from .verdicts import AFFECTED, NOT_AFFECTED, UNKNOWN, UNREADABLE
+from .verdicts import AFFECTED, NOT_AFFECTED, RECORD_FILE, UNKNOWN, UNREADABLE
 
 # where each class starts every group on 0.19.8: the param, and its default (None: required); WarmupCosineLR at
 # 0.0 (lr_schedules.py @ v0.19.8: the constructors' defaults, getlr_text() at iteration -1)
@@ -115,8 +116,11 @@ def _read_earlier(tag: Path, read: dict[Path, Save], report: dict[str, Any], con
 
 def _newest_bound_record(run: Run, read: dict[Path, Save], report: dict[str, Any],
                          config_root: str | None) -> Save | None:
-    """The newest save whose record 2 is bound to it: its chain tells how the run's step 0 ran."""
+    """The newest save whose record 2 is bound to it: its chain tells how the run's step 0 ran. Only saves with a
+    record file beside them are read for it (an unpatched run's many saves are not)."""
     for tag in reversed(run.tags):
+        if tag not in read and not os.path.lexists(tag / RECORD_FILE):
+            continue
         save = read[tag] if tag in read else _read_earlier(tag, read, report, config_root)
         if save is not None and save.record is not None and save.record.get("bound"):
             return save
