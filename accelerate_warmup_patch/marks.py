@@ -109,7 +109,7 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         if mode is not None and instance is not None:
             try:
                 witness.unhook_fired(instance)  # outside torch's loop over the hooks, where it can go
-                if _writer_rank(instance) != 0:
+                if not writes_records(instance):
                     return result
                 bound = signature.bind(instance, *args, **kwargs)
                 bound.apply_defaults()
@@ -129,7 +129,8 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def writes_records(engine: Any) -> bool:
-    """Whether this process writes ``engine``'s records: only it needs to watch the first step and read a load's."""
+    """Whether this process writes ``engine``'s records: only it needs to watch the first step and read a load's
+    record (the nets ask it too)."""
     return _writer_rank(engine) == 0
 
 
