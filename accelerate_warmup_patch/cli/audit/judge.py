@@ -139,6 +139,7 @@ def _judge_from_chain(report: dict[str, Any], chain: Save, scheduler: str, param
     ``why`` names each."""
     record = chain.record
     assert record is not None
+    report["step0_checkpoint"] = str(chain.file)  # the save whose record tells step 0
     found = [_step0_from_origin(report, record["step0"], scheduler, params, chain)]
     if chain is not newest and found[0][0] == NOT_AFFECTED:
         found[0] = _unless_started_afresh(report, scheduler, params, chain, newest, found[0])
