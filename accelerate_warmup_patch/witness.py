@@ -229,7 +229,13 @@ def _read_record(path: str) -> Any:
         data = file.read(RECORD_BYTES + 1)
     if len(data) > RECORD_BYTES:
         raise ValueError(f"more than {RECORD_BYTES} bytes")
-    return json.loads(data.decode("utf-8"))
+    return json.loads(data.decode("utf-8"), parse_constant=_not_json)
+
+
+def _not_json(name: str) -> None:
+    # NaN and Infinity are not JSON (a record writes them as strings); carried on, they would make this
+    # process's own record unwritable
+    raise ValueError(f"{name} is not JSON")
 
 
 def _valid_record_2(raw: Any) -> dict[str, Any] | None:

@@ -302,7 +302,7 @@ def test_a_load_carries_the_bound_records_step0_and_keeps_the_chain_short(tmp_pa
 
 
 @pytest.mark.parametrize(("what", "how"), [("none", "unrecorded"), ("copied", "unrecorded"),
-                                           ("record 1", "record-1")])
+                                           ("record 1", "record-1"), ("NaN literal", "unrecorded")])
 def test_a_load_of_a_save_without_its_own_record_says_step_0_ran_unrecorded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str, how: str) -> None:
     monkeypatch.setattr(STATE, "carried", {})
@@ -314,6 +314,9 @@ def test_a_load_of_a_save_without_its_own_record_says_step_0_ran_unrecorded(
         shutil.copy(tmp_path / "other" / "global_step6" / record_data.RECORD_FILE, folder)
     elif what == "record 1":
         write_record(folder, {"record": 1, "package": "accelerate-warmup-patch", "scheduler": {"step0": "fixed"}})
+    elif what == "NaN literal":  # not JSON: carried on, it would make the next record unwritable
+        text = json.dumps(record2(folder, observed([0.0], [0.0]))).replace('"lrs": [0.0]', '"lrs": [NaN]')
+        (folder / record_data.RECORD_FILE).write_text(text)
     engine = _Engine(6)
     witness.loaded(engine, str(folder / "mp_rank_00_model_states.pt"), {"ds_version": "0.15.2"})
     carried = witness.carried(engine)
