@@ -1,10 +1,11 @@
-"""The record a patched run leaves beside each checkpoint: what the patch did about each scheduler's step 0.
+"""The record a patched run leaves beside each checkpoint: how the run's step 0 really ran, bound to the save.
 
 Where the patch already acts (``backport.settle``, step mode's one step, the load_checkpoint net), it notes what
-it did about optimizer step 0 of that scheduler (``note``); nothing of this runs on an optimizer step. After
-``DeepSpeedEngine.save_checkpoint`` returns, while the patch is armed, global rank 0 writes the note of the
-engine's scheduler as plain JSON into the tag folder, ``<save_dir>/<tag>/accelerate_warmup_patch.json`` (record 1,
-docs/mark.md), so that ``audit`` can tell a run the patch fixed from one it only warned about.
+it did about optimizer step 0 of that scheduler (``note``); ``witness`` observes the lr the first optimizer step
+really ran at, and carries in what a loaded save's record said. After ``DeepSpeedEngine.save_checkpoint`` returns,
+while the patch is armed, global rank 0 writes record 2 (docs/mark.md) as plain JSON into the tag folder,
+``<save_dir>/<tag>/accelerate_warmup_patch.json``, bound to the model-states file beside it, so that ``audit`` can
+tell a run the patch fixed from one it only warned about, or one a restore or an unpatched process hurt.
 
 A file of its own, because each other place changes what a user sees: a key of the model-states file comes back
 in the client_state that load_checkpoint returns, and a key in the scheduler's state is loaded into the scheduler.
@@ -20,11 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import failures, releases, schedules, wrapping
+from . import failures, record_data, releases, schedules, witness, wrapping
 from .state import STATE
 
-FILE_NAME = "accelerate_warmup_patch.json"
-RECORD = 1
+FILE_NAME = record_data.RECORD_FILE
+RECORD = record_data.RECORD
 
 # what this process's patch did about optimizer step 0 of a scheduler (the record's "step0")
 FIXED = "fixed"  # changed its build-time behaviour (reset), or stepped it once before the first step (step)
@@ -107,7 +108,8 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         mode = STATE.mode
         if mode is not None and instance is not None:
             try:
-                if _writer_rank(instance) != 0:
+                witness.unhook_fired(instance)  # outside torch's loop over the hooks, where it can go
+                if not writes_records(instance):
                     return result
                 bound = signature.bind(instance, *args, **kwargs)
                 bound.apply_defaults()
@@ -116,7 +118,7 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
                 # save_checkpoint @ v0.9.0, v0.14.4, v0.15.2, v0.19.8; it does not move global_steps)
                 folder = os.path.join(bound.arguments["save_dir"],
                                       f"global_step{instance.global_steps}" if tag is None else str(tag))
-                write(folder, record(instance, mode))
+                write(folder, record(instance, mode, folder))
             except Exception as error:  # the checkpoint is saved: never break the user's save
                 failures.report("mark", what="writing the patch's record beside the checkpoint", error=error,
                                 consequence="the checkpoint is saved without it; audit judges that run as it judges "
@@ -124,6 +126,12 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         return result
 
     return wrapper
+
+
+def writes_records(engine: Any) -> bool:
+    """Whether this process writes ``engine``'s records: only it needs to watch the first step and read a load's
+    record (the nets ask it too)."""
+    return _writer_rank(engine) == 0
 
 
 def _writer_rank(engine: Any) -> int:
@@ -150,35 +158,106 @@ def _global_rank(engine: Any) -> int:
     return 0
 
 
-def record(engine: Any, mode: str) -> dict[str, Any]:
-    """Record 1: the package, the mode, the releases, the step, and what the patch did about step 0."""
+def record(engine: Any, mode: str, folder: str) -> dict[str, Any]:
+    """Record 2 (docs/mark.md): record 1's fields, the model-states file it is bound to, this process's first
+    optimizer step as observed, the run's step 0 as far as this process knows it, and the loads behind it."""
+    scheduler = getattr(engine, "lr_scheduler", None)
+    carried = witness.carried(engine)
     return {
         "record": RECORD,
-        "package": "accelerate-warmup-patch",
-        "version": str(getattr(sys.modules.get(__package__ or ""), "__version__", "unknown")),
+        "package": record_data.PACKAGE,
+        "version": _package_version(),
         "mode": mode,
         "deepspeed": wrapping.deepspeed_version(),
         "reference": releases.BEHAVIOR_REFERENCE,
         "global_steps": int(engine.global_steps),
-        "scheduler": _scheduler(getattr(engine, "lr_scheduler", None)),
+        "bound_to": _bound_to(engine, folder),
+        "scheduler": _scheduler(scheduler),
+        "first_step": witness.first_step(engine),
+        "step0": _step0(engine, scheduler, mode, carried),
+        "loads": carried.loads if carried is not None else [],
     }
 
 
+def _package_version() -> str:
+    return str(getattr(sys.modules.get(__package__ or ""), "__version__", "unknown"))
+
+
+def _bound_to(engine: Any, folder: str) -> dict[str, Any]:
+    """The binding to the model-states file the audit will judge this folder by, read back now. Only DeepSpeed's
+    own TorchCheckpointEngine is read back: save_checkpoint ends with a barrier after every rank's torch.save and
+    the engine's commit (engine.py @ v0.15.2, v0.19.8), so every rank's file is complete when it returns. Another
+    engine (Nebula, a decoupled or fast one) may write later or elsewhere: the record says it is unbound."""
+    checkpoint_engine = getattr(engine, "checkpoint_engine", None)
+    kind = type(checkpoint_engine)
+    if kind.__name__ != "TorchCheckpointEngine" or not kind.__module__.startswith("deepspeed."):
+        return record_data.unbound(f"the checkpoint engine is {kind.__module__}.{kind.__qualname__}, which may write "
+                                   "after save_checkpoint returns or elsewhere: only DeepSpeed's "
+                                   "TorchCheckpointEngine is read back")
+    decoupled = getattr(checkpoint_engine, "is_decoupled", None)
+    if callable(decoupled) and decoupled() is not False:
+        return record_data.unbound("the checkpoint engine is decoupled: it writes after save_checkpoint returns")
+    return record_data.bind(folder)
+
+
 def _scheduler(scheduler: Any) -> dict[str, Any] | None:
+    """What the patch did about the scheduler's step 0 (record 1's ``scheduler``), its lrs encoded."""
     if scheduler is None:
         return None
     name = schedules.class_name(scheduler)
     kind = type(scheduler)
+    step0 = _noted_or_unknown(scheduler, name)
+    return {"class": name or f"{kind.__module__}.{kind.__qualname__}", "step0": step0.what,
+            "lrs_before": _encoded(step0.lrs_before), "lrs_after": _encoded(step0.lrs_after), "why": step0.why}
+
+
+def _noted_or_unknown(scheduler: Any, name: str | None) -> Step0:
     step0 = noted(scheduler)
     if step0 is None:
         why = "the patch never saw this scheduler" if name else "not one of DeepSpeed's schedulers: the patch leaves it"
         step0 = Step0(UNKNOWN, None, None, why)
-    return {"class": name or f"{kind.__module__}.{kind.__qualname__}", "step0": step0.what,
-            "lrs_before": step0.lrs_before, "lrs_after": step0.lrs_after, "why": step0.why}
+    return step0
+
+
+def _encoded(values: list[float] | None) -> list[float | str] | None:
+    return None if values is None else [record_data.encode_lr(v) for v in values]
+
+
+# what the newest release runs step 0 at, as the patch knows it: the lrs it set (reset, step) or would have set
+# (warn), or found already right (as-release)
+_KNOWS_THE_REFERENCE = (FIXED, WARNED, AS_RELEASE)
+
+
+def _step0(engine: Any, scheduler: Any, mode: str, carried: witness.Carried | None) -> dict[str, Any]:
+    """The run's step 0 as this process knows it: carried from the save it loaded when that save had stepped,
+    else what this process observed at its first optimizer step (the run started here)."""
+    if carried is not None and carried.global_steps != 0:
+        return carried.step0
+    version = wrapping.deepspeed_version()
+    name = schedules.class_name(scheduler) if scheduler is not None else None
+    base = {"deepspeed": version, "scheduler": name, "mode": mode, "patch": _package_version()}
+    first = witness.first_step(engine)
+    if first is None:
+        if int(engine.global_steps) == 0:
+            return {"how": record_data.NO_STEP_YET, **base}
+        return {"how": record_data.UNOBSERVED, **base,
+                "why": "the patch did not watch this engine's first optimizer step (built before it was applied?)"}
+    if not first["observed"]:
+        return {"how": record_data.UNOBSERVED, **base, "why": first["why"]}
+    steps, skipped = first["global_steps"], first["skipped_steps"] or 0
+    if steps is None or steps - skipped != 0:
+        return {"how": record_data.UNOBSERVED, **base,
+                "why": f"the first optimizer step this process saw was at global step {steps}, not the run's step 0 "
+                       "(the patch was applied after the engine had stepped)"}
+    step0 = _noted_or_unknown(scheduler, name) if scheduler is not None else None
+    expected = step0.lrs_after if step0 is not None and step0.what in _KNOWS_THE_REFERENCE else None
+    return {"how": record_data.OBSERVED, **base, "lrs": first["lrs"], "expected": _encoded(expected),
+            "patch_did": step0.what if step0 is not None else None, "global_steps": steps}
 
 
 def write(folder: str, data: dict[str, Any]) -> None:
-    """``folder``/accelerate_warmup_patch.json, whole or not at all: a temporary file beside it, then os.replace."""
+    """``folder``/accelerate_warmup_patch.json, whole or not at all: a temporary file beside it, then os.replace.
+    Valid JSON always: the lrs are encoded (record_data.encode_lr), and anything else non-finite is refused."""
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"no checkpoint folder {folder!r} (a checkpoint engine that writes elsewhere?)")
     text = json.dumps(data, indent=1, allow_nan=False) + "\n"

@@ -8,6 +8,8 @@
   may have stepped it).
 - ``DeepSpeedEngine.load_checkpoint``: on a release that starts the class wrong, or in step mode, the
   optimizer's lr is aligned with the scheduler the checkpoint restored when the optimizer's lr was not.
+- For the record (marks.py, witness.py), where a net already sees an engine: a one-shot watch of its first
+  optimizer step, and after a load what the loaded save carries in.
 
 A net changes only a scheduler that this release builds otherwise than the newest (``backport.settle``
 asks the guard table), and only through ``schedules.change``.
@@ -20,7 +22,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import backport, failures, log, marks, releases, schedules, wrapping
+from . import backport, failures, log, marks, releases, schedules, witness, wrapping
 from .settings import ENV_MODE, Mode
 from .state import STATE
 
@@ -62,6 +64,13 @@ def load_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
             except Exception as error:
                 failures.report("align", what="aligning the lr after load_checkpoint", error=error,
                                 consequence="the lr after this load is left as DeepSpeed set it")
+            try:  # after the align: the watch sees the lr the next step really runs at
+                if marks.writes_records(instance):
+                    witness.loaded(instance, _first_of(result), result[1] if isinstance(result, tuple) and
+                                   len(result) > 1 else None)
+            except Exception as error:
+                failures.report("carry", what="reading the record of the loaded checkpoint", error=error,
+                                consequence="the records this process writes say step 0's history is unknown")
         return result
 
     return wrapper
@@ -77,6 +86,8 @@ def prepare_first_step(engine: Any, when: str = "before the first optimizer step
     """Before an engine's first optimizer step: a scheduler built before the patch was applied is settled
     as the constructor's fix would have. Step mode's step waits for the optimizer step itself."""
     try:
+        if marks.writes_records(engine):  # the record: the lr this engine's first optimizer step really runs at
+            witness.watch(engine)
         scheduler = getattr(engine, "lr_scheduler", None)
         if scheduler is None or id(scheduler) in STATE.netted.ids:  # a scheduler seen before: one set lookup
             return

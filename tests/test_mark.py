@@ -1,4 +1,4 @@
-"""The record a patched run leaves beside each checkpoint (issue 35, item 2; BRIEF's record 1), on real engines.
+"""The record a patched run leaves beside each checkpoint (issue 35, item 2; record 2 since #41), on real engines.
 
 One process trains and saves every run (unpatched, then warn, step and reset, accelerate's save_state and the HF
 Trainer's save, all on the installed DeepSpeed: the suite's 0.15.2 and 0.19.8); each marked save gets an unmarked
@@ -71,9 +71,13 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
     for name in RESUMES:
         shutil.copytree(root / name, root / f"{name}-unmarked")
         (root / f"{name}-unmarked" / TAG.get(name, "ckpt") / RECORD).unlink(missing_ok=True)  # asserted below
-    again = Spec(steps=2, resume_from=str(root / "reset"), save_to=str(root / "resumed"))
+    again = [Spec(steps=2, resume_from=str(root / "reset"), save_to=str(root / "resumed")),
+             # accelerate's load_state and the Trainer's resume_from_checkpoint, each saving again (#41)
+             Spec(path="accelerate", steps=2, resume_from=str(root / "accelerate"),
+                  save_to=str(root / "accelerate-resumed")),
+             Spec(path="trainer", steps=6, resume_from=str(root / "trainer"), save_to=str(root / "trainer-resumed"))]
     unarmed = run_specs(*_resumes(root))
-    armed = run_specs(*_resumes(root), again, env={"ACCELERATE_WARMUP_PATCH": "reset"})
+    armed = run_specs(*_resumes(root), *again, env={"ACCELERATE_WARMUP_PATCH": "reset"})
     return root, {"saved": ran, "unarmed": unarmed, "armed": armed}
 
 
@@ -102,8 +106,12 @@ def test_the_record_holds_exactly_the_contracts_fields(saved):
                        ("trainer", "reset")):
         record = _record(root, name)
         assert list(record) == ["record", "package", "version", "mode", "deepspeed", "reference", "global_steps",
-                                "scheduler"], name
-        assert record["record"] == 1 and record["package"] == "accelerate-warmup-patch"
+                                "bound_to", "scheduler", "first_step", "step0", "loads"], name
+        assert record["record"] == 2 and record["package"] == "accelerate-warmup-patch"
+        model_states = _tag(root, name) / "mp_rank_00_model_states.pt"
+        assert record["bound_to"]["file"] == model_states.name, name  # bound to the file beside it (#41)
+        assert record["bound_to"]["size"] == model_states.stat().st_size, name
+        assert record["step0"]["how"] == "observed" and record["loads"] == [], name
         assert record["version"] == accelerate_warmup_patch.__version__
         assert (record["mode"], record["deepspeed"], record["reference"]) == (mode, DEEPSPEED,
                                                                               releases.BEHAVIOR_REFERENCE), name
@@ -135,11 +143,26 @@ def test_the_record_says_what_the_patch_did_about_step_0(saved):
     assert step0["step"]["lrs_before"] == ([0.001] if BUGGY else [0.0])
 
 
-def test_a_resumed_run_records_that_step_0_ran_in_an_earlier_process(saved):
+def test_a_resumed_run_records_that_step_0_ran_in_an_earlier_process_and_carries_it(saved):
     root, _ = saved
-    scheduler = _record(root, "resumed")["scheduler"]
+    record = _record(root, "resumed")
+    scheduler = record["scheduler"]
     assert scheduler["step0"] == "earlier-process" and scheduler["lrs_before"] is scheduler["lrs_after"] is None
-    assert _record(root, "resumed")["global_steps"] == 5
+    assert record["global_steps"] == 5
+    # the loaded save's record was bound to it: its step 0, as that process saw it, is carried (#41)
+    assert record["step0"] == _record(root, "reset")["step0"]
+    assert record["loads"] == [{"tag": "ckpt", "deepspeed": DEEPSPEED, "global_steps": 3, "scheduler": "WarmupLR",
+                                "record": 2, "bound": True}]
+    assert record["first_step"]["observed"] is True and record["first_step"]["global_steps"] == 3
+
+
+def test_accelerate_and_trainer_resumes_carry_the_step_0_their_first_process_observed(saved):
+    root, _ = saved
+    for resumed, first, tag in (("accelerate-resumed", "accelerate", "pytorch_model"),
+                                ("trainer-resumed", "trainer", "checkpoint-6/global_step6")):
+        record = json.loads((root / resumed / tag / RECORD).read_text(encoding="utf-8"))
+        assert record["step0"] == _record(root, first)["step0"], resumed
+        assert record["step0"]["how"] == "observed" and record["loads"][0]["bound"] is True, record
 
 
 def test_an_engine_without_a_scheduler_or_with_a_torch_one_is_recorded_as_such(saved):
@@ -210,7 +233,8 @@ def test_audit_says_a_reset_run_on_a_buggy_release_was_fixed_by_the_patch(audite
     for name in ("reset", "accelerate", "trainer"):
         report = audited[name]
         assert report["verdict"] == "not affected", (name, report)
-        assert "fixed by accelerate-warmup-patch" in report["why"] and "(reset)" in report["why"], report
+        assert "observed by accelerate-warmup-patch" in report["why"] and "(reset)" in report["why"], report
+        assert "which fixed it" in report["why"], report
         assert report["step0_lr"] == 0.0, report
 
 

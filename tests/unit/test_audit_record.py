@@ -1,4 +1,5 @@
-"""`audit` reads the record a patched run leaves (accelerate_warmup_patch.json in the tag folder, record 1) and
+"""`audit` reads 0.5.0's record (accelerate_warmup_patch.json in the tag folder, record 1: bound to no file, so a
+claim that never clears a run on its own; record 2 is tests/unit/test_audit_proof.py) and
 judges step 0 as it happened: from the earliest save present, naming both releases where a run folder holds saves
 of two, and saying so where no optimizer step ran. Synthetic checkpoints of DeepSpeed 0.15.2 (step 0 at the
 optimizer's lr 0.001, 0.19.8 at warmup_min_lr 0.0) and 0.19.8, written with the standard library alone.
@@ -45,12 +46,13 @@ def one(path: Path) -> tuple[int, dict[str, Any]]:
     return code, reports[0]
 
 
-def test_a_run_the_patch_fixed_is_not_affected_with_step0_as_the_patch_set_it(tmp_path: Path) -> None:
+def test_a_record_1_saying_fixed_clears_nothing_it_is_bound_to_no_file(tmp_path: Path) -> None:
+    # 0.5.0's record: a rerun or a copy leaves it beside other saves, so "fixed" there proves nothing (#41)
     files.write_run(tmp_path / "run", record=record("fixed", [0.001], [0.0]))
     code, report = one(tmp_path / "run")
-    assert report["verdict"] == "not affected" and code == 0, report
-    assert report["why"].startswith("fixed by accelerate-warmup-patch 0.5.0 (reset)"), report
-    assert report["step0_lr"] == 0.0 and report["step0_lrs"] == [0.0]
+    assert report["verdict"] == "unknown" and code == 0, report
+    assert "bound to no file" in report["why"] and "unpatched, this run would be affected" in report["why"], report
+    assert report["step0_lr"] is None
     assert report["record"]["scheduler"]["step0"] == "fixed" and report["record"]["mode"] == "reset"
     _, text = audit(tmp_path / "run", text=True)
     assert "record: accelerate-warmup-patch 0.5.0 (reset) on DeepSpeed 0.15.2: WarmupLR step 0 fixed" in text
@@ -63,11 +65,11 @@ def test_a_warn_run_is_affected_warned_not_fixed(tmp_path: Path) -> None:
     assert report["step0_lr"] == 0.001
 
 
-def test_as_release_is_not_affected_with_the_recorded_lrs(tmp_path: Path) -> None:
+def test_a_record_1_on_a_release_that_needs_no_fix_is_not_affected_from_the_table(tmp_path: Path) -> None:
     files.write_run(tmp_path / "run", version="0.19.8", record=record("as-release", [0.0], [0.0],
                                                                        deepspeed="0.19.8"))
     code, report = one(tmp_path / "run")
-    assert report["verdict"] == "not affected" and "found nothing to change" in report["why"] and code == 0
+    assert report["verdict"] == "not affected" and "as on 0.19.8" in report["why"] and code == 0, report
     assert report["step0_lrs"] == [0.0]
 
 
@@ -78,7 +80,7 @@ def test_step0_in_an_earlier_process_is_unknown_unless_the_table_alone_decides(t
     _, report = one(tmp_path / "run")
     assert report["verdict"] == verdict, report
     if verdict == "unknown":
-        assert "earlier process whose save is not here" in report["why"] and report["step0_lr"] is None
+        assert "bound to no file" in report["why"] and report["step0_lr"] is None
 
 
 @pytest.mark.parametrize("step0", ["left", "unknown"])
@@ -101,6 +103,10 @@ def test_no_record_is_judged_as_today(tmp_path: Path) -> None:
     json.dumps({**record("fixed", [0.001], [0.0]), "package": "another"}),
     json.dumps(record("fixed", [0.001], ["zero"])),  # type: ignore[list-item]  # on purpose
     json.dumps(record("mended", [0.001], [0.0])),
+    json.dumps(record("fixed", [0.001], [0.0], global_steps=None)),  # no, null or text step counts (#41)
+    json.dumps(record("fixed", [0.001], [0.0], global_steps="6")),
+    json.dumps({k: v for k, v in record("fixed", [0.001], [0.0]).items() if k != "global_steps"}),
+    json.dumps(record("fixed", [0.001], [0.0], global_steps=True)),
     "{not json",
     "[" * 100_000,
     json.dumps(record("fixed", [0.001], [0.0])) + " " * 70_000,
@@ -119,9 +125,9 @@ def test_a_malformed_record_is_ignored_with_a_note(tmp_path: Path, content: str)
 
 
 def test_unknown_keys_of_a_record_are_ignored(tmp_path: Path) -> None:
-    files.write_run(tmp_path / "run", record=record("fixed", [0.001], [0.0], later_key={"x": 1}))
+    files.write_run(tmp_path / "run", record=record("warned", [0.001], [0.0], mode="warn", later_key={"x": 1}))
     _, report = one(tmp_path / "run")
-    assert report["verdict"] == "not affected", report
+    assert report["verdict"] == "affected" and report["record"]["mode"] == "warn", report
 
 
 def test_a_run_with_no_optimizer_step_says_so(tmp_path: Path) -> None:

@@ -466,25 +466,38 @@ def loads(data: bytes, start: int = 0) -> tuple[Any, int]:
         raise Unreadable(f"its pickle is damaged ({type(error).__name__}: {str(error)[:200]})") from None
 
 
+# a zip file's size and its members as (name, CRC-32, size), from its central directory: what a record is bound to
+Members = tuple[int, list[tuple[str, int, int]]]
+
+
 def load(path: str) -> Any:
     """The data of the torch checkpoint at ``path``; raises Unreadable (NotRegular for a FIFO, device, ...)."""
+    return load_with_members(path)[0]
+
+
+def load_with_members(path: str) -> tuple[Any, Members | None]:
+    """The data of the torch checkpoint at ``path`` and, for torch's zip format, the file's size and its members
+    (read from the central directory the load reads anyway; None for the legacy format)."""
     with open_regular(path) as file:
         try:
             head = file.read(4)
             if head.startswith(b"PK"):
-                return _load_zip(file)
+                members: list[tuple[str, int, int]] = []
+                data = _load_zip(file, members)
+                return data, (os.fstat(file.fileno()).st_size, members)
             if head[:1] == b"\x80":
                 file.seek(0)
-                return _load_legacy(file)
+                return _load_legacy(file), None
         except (OSError, EOFError) as error:
             raise Unreadable(f"cannot read it: {_why(error)}") from None
     raise Unreadable("not a torch checkpoint (neither torch's zip nor its legacy format)")
 
 
-def _load_zip(file: IO[bytes]) -> Any:
+def _load_zip(file: IO[bytes], members: list[tuple[str, int, int]]) -> Any:
     cap = BOUNDS["pickle_bytes"]
     try:
         with zipfile.ZipFile(file) as archive:
+            members.extend((i.filename, i.CRC, i.file_size) for i in archive.infolist())
             infos = [i for i in archive.infolist() if i.filename.endswith("/data.pkl") and i.filename.count("/") == 1]
             if not infos:
                 raise Unreadable("a zip archive without torch's <name>/data.pkl")

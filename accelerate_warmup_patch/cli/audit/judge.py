@@ -1,17 +1,21 @@
-"""One run's verdict: step 0 from its earliest save that took a step (and the patch's record there), the later
-changes from its newest save, against the guard table (``releases``, through ``config_facts``)."""
+"""One run's verdict from all the facts (docs/audit.md, "When each verdict is given"): step 0 from the chain of the
+newest record bound to its save (record 2: an observed step 0, or the release that ran it unrecorded), else from its
+earliest save that took a step, read with the guard table (``releases``, through ``config_facts``); the later
+changes from its newest save. The worst wins; "not affected" only from proof."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
-from ... import releases
+from ... import record_data, releases
 from .. import config_facts
 from . import checkpoint_pickle
 from .checkpoint_pickle import Unreadable
 from .find import Run
-from .read import number, read_save
-from .verdicts import AFFECTED, NOT_AFFECTED, UNKNOWN, UNREADABLE
+from .read import Save, number, read_save
+from .verdicts import AFFECTED, NOT_AFFECTED, RECORD_FILE, UNKNOWN, UNREADABLE
 
 # where each class starts every group on 0.19.8: the param, and its default (None: required); WarmupCosineLR at
 # 0.0 (lr_schedules.py @ v0.19.8: the constructors' defaults, getlr_text() at iteration -1)
@@ -46,14 +50,11 @@ def audit_run(run: Run, config_root: str | None = None) -> dict[str, Any]:
 def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dict[str, Any]:
     newest = read_save(run.tag, config_root)
     report["checkpoint"], report["deepspeed_version"] = str(newest.file), newest.version
+    read: dict[Path, Save] = {run.tag: newest}
     first = newest
     for tag in run.tags[:-1]:  # the earliest save that took an optimizer step (or does not say), else the newest
-        try:
-            save = read_save(tag, config_root)
-        except Unreadable as error:
-            report["notes"].append(f"an earlier save, {tag}, cannot be read ({error}): not used")
-            continue
-        if save.global_steps != 0 or save.record is not None:
+        save = _read_earlier(tag, read, report, config_root)
+        if save is not None and (save.global_steps != 0 or save.record is not None):
             first = save
             break
     report["step0_checkpoint"], report["step0_deepspeed_version"] = str(first.file), first.version
@@ -68,83 +69,232 @@ def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dic
     opt_params = optimizer.get("params") if isinstance(optimizer, dict) else None
     report["optimizer_lr"] = number(opt_params.get("lr")) if isinstance(opt_params, dict) else None
     report["param_groups"] = first.groups
-    if first.record is not None:
-        report["record"] = first.record
-    if first.global_steps == 0 and newest.global_steps == 0 and first.record is None:
+    if first.global_steps == 0 and newest.global_steps == 0:
+        report["record"] = newest.record
         report["verdict"] = NOT_AFFECTED
         report["why"] = "0 optimizer steps: no step ran, so no lr was used yet (the release that resumes it decides)"
         return report
-    if first.record is None and isinstance(first.global_steps, int) and first.global_steps > 0:
+    chain = _newest_bound_record(run, read, report, config_root)
+    report["record"] = chain.record if chain is not None else first.record
+    if chain is None and first.record is None and isinstance(first.global_steps, int) and first.global_steps > 0:
         report["notes"].append(f"step 0 ran before the save {first.tag.name} ({first.global_steps} optimizer "
                                "steps), in this job or one it resumed from; no record of the patch says otherwise")
     block = config.get("scheduler")
     if first.config_problem is not None:
         report["why"] = first.config_problem
-    elif not isinstance(block, dict) or not block.get("type"):
+        return report
+    if not isinstance(block, dict) or not block.get("type"):
         report["why"] = "no scheduler in the ds_config: " + _scheduler_in_code(first.scheduler_state)
-    else:
-        scheduler = block["type"] if isinstance(block["type"], str) else repr(checkpoint_pickle.plain(block["type"]))
-        try:
-            params = checkpoint_pickle.plain(block.get("params") or {})
-        except Unreadable as error:
-            raise Unreadable(f"{first.file.name}: the scheduler's params: {error}") from None
-        params = params if isinstance(params, dict) else {}
-        report["scheduler"], report["params"] = scheduler, params
-        report["notes"].extend(config_facts.refused_later(scheduler, params))
-        _judge(report, scheduler, params, first.version, newest.version)
+        return report
+    scheduler = block["type"] if isinstance(block["type"], str) else repr(checkpoint_pickle.plain(block["type"]))
+    try:
+        params = checkpoint_pickle.plain(block.get("params") or {})
+    except Unreadable as error:
+        raise Unreadable(f"{first.file.name}: the scheduler's params: {error}") from None
+    params = params if isinstance(params, dict) else {}
+    report["scheduler"], report["params"] = scheduler, params
+    report["notes"].extend(config_facts.refused_later(scheduler, params))
+    if chain is not None:
+        _judge_from_chain(report, chain, scheduler, params, newest)
+        return report
+    _judge(report, scheduler, params, first.version, newest.version)
     if first.record is not None:
-        _apply_record(report, first.record)
+        _apply_claim(report, first.record)
     return report
 
 
-def _apply_record(report: dict[str, Any], record: dict[str, Any]) -> None:
-    """What the patch's record says about step 0 decides over the table's reading of the config."""
+def _read_earlier(tag: Path, read: dict[Path, Save], report: dict[str, Any], config_root: str | None) -> Save | None:
+    """An earlier save, read once; None (and a note) where it cannot be read."""
+    if tag not in read:
+        try:
+            read[tag] = read_save(tag, config_root)
+        except Unreadable as error:
+            report["notes"].append(f"an earlier save, {tag}, cannot be read ({error}): not used")
+            return None
+    return read[tag]
+
+
+def _newest_bound_record(run: Run, read: dict[Path, Save], report: dict[str, Any],
+                         config_root: str | None) -> Save | None:
+    """The newest save whose record 2 is bound to it: its chain tells how the run's step 0 ran. Only saves with a
+    record file beside them are read for it (an unpatched run's many saves are not)."""
+    for tag in reversed(run.tags):
+        if tag not in read and not os.path.lexists(tag / RECORD_FILE):
+            continue
+        save = read[tag] if tag in read else _read_earlier(tag, read, report, config_root)
+        if save is not None and save.record is not None and save.record.get("bound"):
+            return save
+    return None
+
+
+# The step-0 verdict from a bound record's chain -------------------------------------------------------------
+
+_WORST = {NOT_AFFECTED: 0, UNKNOWN: 1, AFFECTED: 2}
+
+
+def _judge_from_chain(report: dict[str, Any], chain: Save, scheduler: str, params: dict[str, Any],
+                      newest: Save) -> None:
+    """One verdict from every fact: step 0 from the chain of the newest bound record, then the later changes the
+    guard table finds in the newest save when the process that wrote it ran unpatched. The worst of them wins, and
+    ``why`` names each."""
+    record = chain.record
+    assert record is not None
+    report["step0_checkpoint"] = str(chain.file)  # the save whose record tells step 0
+    found = [_step0_from_origin(report, record["step0"], scheduler, params, chain)]
+    if chain is not newest and found[0][0] == NOT_AFFECTED:
+        found[0] = _unless_started_afresh(report, scheduler, params, chain, newest, found[0])
+    if not _patched_process(newest):
+        later = _later_changes(report, scheduler, params, newest)
+        if later is not None:
+            found.append(later)
+    report["verdict"] = max((verdict for verdict, _ in found), key=_WORST.__getitem__)
+    report["why"] = "; ".join(why for _, why in found if why)
+
+
+def _unless_started_afresh(report: dict[str, Any], scheduler: str, params: dict[str, Any], chain: Save,
+                           newest: Save, cleared: tuple[str, str]) -> tuple[str, str]:
+    """A chain that clears step 0 from a save older than the newest, which has no bound record: the process that
+    wrote the newest save resumed from that chain (then it holds) or started afresh, unpatched, into the same
+    folder (a rerun that saved fewer tags): only if such a fresh start on the newest save's release would not be
+    affected does the chain's answer stand."""
+    scratch = _table_reading(report, scheduler, params, newest.version)
+    if scratch["verdict"] == NOT_AFFECTED:
+        return cleared
+    report["step0_lrs"] = report["step0_lr"] = None
+    return UNKNOWN, (f"{cleared[1]} (the record of {chain.tag.name}); but the newest save, {newest.tag.name}, has no "
+                     "bound record: its process resumed from that save (then step 0 is as recorded) or started "
+                     f"afresh unpatched (then it ran on DeepSpeed {newest.version} as an unpatched run: "
+                     f"{scratch['verdict']}), and the files cannot tell which")
+
+
+def _table_reading(report: dict[str, Any], scheduler: str, params: dict[str, Any], release: str) -> dict[str, Any]:
+    """A copy of ``report`` judged by the guard table alone, as if ``release`` had run step 0 unpatched (no later
+    change): its verdict, why, step-0 lrs and differences, for the caller to weigh."""
+    scratch = {**report, "differences": [], "notes": [], "verdict": UNKNOWN, "why": ""}
+    return _judge(scratch, scheduler, params, release, release, later=False)
+
+
+def _patched_process(save: Save) -> bool:
+    """Whether the process that wrote ``save`` ran the patch's fixes (a bound record 2 of reset or step mode)."""
+    record = save.record
+    return record is not None and bool(record.get("bound")) and record["mode"] in ("reset", "step")
+
+
+def _step0_from_origin(report: dict[str, Any], origin: dict[str, Any], scheduler: str, params: dict[str, Any],
+                       chain: Save) -> tuple[str, str]:
+    """Step 0 as the chain tells it (record_data's ``how``): observed, or the release that ran it unrecorded, or
+    a reason that it is not known."""
+    how = origin["how"]
+    if how == record_data.OBSERVED:
+        return _observed(report, origin, _newest_step0_from_table(report, scheduler, params, origin["deepspeed"]))
+    if how == record_data.NO_STEP_YET:  # that save came before step 0, which a process with no record then ran
+        return _from_table(report, scheduler, params, chain.version, f"the newest bound record ({chain.tag.name}) "
+                           "was saved before step 0, and the process that ran it left no bound record", proof=False)
+    release = origin.get("deepspeed")
+    report["step0_deepspeed_version"] = release
+    why = origin.get("why") or how
+    if isinstance(release, str):
+        # unrecorded: that release ran step 0 unpatched, so the table's reading stands; a claim (unbound, record 1)
+        # or an unobserved step: only a class or release that needs no fix clears it
+        return _from_table(report, scheduler, params, release, why, proof=how == record_data.UNRECORDED)
+    report["step0_lrs"] = report["step0_lr"] = None
+    return UNKNOWN, f"{why}; the release that ran step 0 is not known"
+
+
+def _newest_step0_from_table(report: dict[str, Any], scheduler: str, params: dict[str, Any],
+                             release: str) -> list[float | None] | None:
+    """What 0.19.8 runs step 0 at for this config, per group, as the table reads it; None where it cannot."""
+    scratch = _table_reading(report, scheduler, params, release)
+    newest = scratch["newest_step0_lrs"]
+    return list(newest) if newest else ([scratch["newest_step0_lr"]] if scratch["newest_step0_lr"] is not None
+                                        else None)
+
+
+def _observed(report: dict[str, Any], origin: dict[str, Any], table: list[float | None] | None) -> tuple[str, str]:
+    """Step 0 as a patched process saw its optimizer run it, against what 0.19.8 runs it at: the lrs that patch set
+    (or found right, or would have set in warn mode), else the table's reading of the config (``table``)."""
+    lrs, expected = origin["lrs"], origin["expected"]
+    who = f"accelerate-warmup-patch {origin.get('patch') or '?'} ({origin.get('mode') or '?'})"
+    report["step0_lrs"], report["step0_lr"] = lrs, lrs[0] if lrs else None
+    report["step0_deepspeed_version"] = origin["deepspeed"]
+    if expected is None and table is not None and len(table) == len(lrs) and None not in table:
+        expected = table
+    ran = f"step 0 ran at {lrs_text(lrs, None)} (observed by {who} on DeepSpeed {origin['deepspeed']})"
+    if expected is None:
+        return UNKNOWN, f"{ran}; what {releases.NEWEST_DEEPSPEED} runs it at is not known here"
+    report["newest_step0_lrs"], report["newest_step0_lr"] = expected, expected[0] if expected else None
+    if record_data.same_lrs(lrs, expected):
+        did = {"fixed": ", which fixed it", "as-release": ", which had nothing to change"}.get(
+            origin.get("patch_did") or "", "")
+        return NOT_AFFECTED, f"{ran}{did}: as {releases.NEWEST_DEEPSPEED} runs it"
+    warned = "warned, not fixed: " if origin.get("patch_did") == "warned" else ""
+    report["differences"].append(f"{warned}{ran}, {releases.NEWEST_DEEPSPEED} runs it at {lrs_text(expected, None)}")
+    return AFFECTED, report["differences"][-1]
+
+
+def _from_table(report: dict[str, Any], scheduler: str, params: dict[str, Any], release: str, why: str, *,
+                proof: bool) -> tuple[str, str]:
+    """Step 0 judged by the guard table on ``release``. ``proof``: that release is known to have run step 0
+    unpatched, so the table's answer stands; otherwise only a class or release that needs no fix clears it."""
+    scratch = _table_reading(report, scheduler, params, release)
+    for key in ("step0_lr", "newest_step0_lr", "step0_lrs", "newest_step0_lrs"):
+        report[key] = scratch[key]
+    report["notes"].extend(scratch["notes"])
+    verdict = scratch["verdict"]
+    if verdict == NOT_AFFECTED or proof:
+        report["differences"].extend(scratch["differences"])
+        return verdict, f"{scratch['why']} ({why})" if scratch["why"] else why
+    report["step0_lrs"] = report["step0_lr"] = None
+    return UNKNOWN, (f"{why}; unpatched on DeepSpeed {release}, this run would be {verdict}, and nothing bound to "
+                     "these files says how its step 0 really ran")
+
+
+def _later_changes(report: dict[str, Any], scheduler: str, params: dict[str, Any],
+                   newest: Save) -> tuple[str, str] | None:
+    """The backported change the last steps meet (the cosine past total_num_steps) on the newest save's release,
+    where the process that wrote that save ran unpatched."""
+    if scheduler not in releases.scheduler_classes():
+        return None
+    for change in [c for c in _differences(scheduler, newest.version, params) if c.key == "ratio_past_warmup"]:
+        applied, how = _applied(change, report, params, newest.version)
+        if applied:
+            report["differences"].append(f"{config_facts.label(change)}: {how} (in the newest save's process, "
+                                         f"{newest.tag.name}, which ran unpatched)")
+            return AFFECTED, report["differences"][-1]
+        if applied is None:
+            return UNKNOWN, f"{config_facts.label(change)}: {how}"
+    return None
+
+
+# A claim: record 1, or a record 2 that says it is unbound --------------------------------------------------
+
+def _apply_claim(report: dict[str, Any], record: dict[str, Any]) -> None:
+    """What an unbound record says about step 0: a harm it names counts (doubt needs only a reason); a fix it
+    claims clears nothing (it is bound to no file: a rerun or a copy leaves it beside other saves)."""
     scheduler = record["scheduler"]
     who = f"accelerate-warmup-patch {record['version']} ({record['mode']})"
-    if record["deepspeed"] != report["step0_deepspeed_version"]:
-        report["notes"].append(f"the record names DeepSpeed {record['deepspeed']}, the checkpoint "
-                               f"{report['step0_deepspeed_version']}")
+    kind = "a record 1 (0.5.0)" if record["record"] == 1 else "an unbound record"
     if scheduler is None:
         report["notes"].append(f"{who} recorded no lr scheduler in the engine")
         return
     step0, before, after = scheduler["step0"], scheduler["lrs_before"], scheduler["lrs_after"]
     if report["scheduler"] is None:
         report["scheduler"] = scheduler["class"]
-    if step0 == "fixed" and after:
-        report["verdict"], report["differences"] = NOT_AFFECTED, []
-        report["why"] = (f"fixed by {who}: step 0 ran at {lrs_text(after, None)}, the release would have run "
-                         f"{lrs_text(before, None)}")
-        report["step0_lrs"], report["step0_lr"] = after, after[0]
-    elif step0 == "warned" and before:
+    if step0 == "warned" and before:
         report["verdict"] = AFFECTED
         report["why"] = (f"warned, not fixed ({who}): step 0 ran at {lrs_text(before, None)}, reset mode would have "
                          f"run it at {lrs_text(after, None)}")
         report["step0_lrs"], report["step0_lr"] = before, before[0]
-    elif step0 == "as-release" and before:
-        report["verdict"], report["differences"] = NOT_AFFECTED, []
-        report["why"] = f"{who} found nothing to change: step 0 ran at {lrs_text(before, None)}, as the release runs it"
-        report["step0_lrs"], report["step0_lr"] = before, before[0]
-    elif step0 == "earlier-process":
-        if not _table_alone_decides(report):
-            report["verdict"] = UNKNOWN
-            report["why"] = (f"step 0 ran in an earlier process whose save is not here (the record of {who} says "
-                             "so): audit that run's first save")
-            report["step0_lrs"] = report["step0_lr"] = None
-    else:
+    elif step0 in ("fixed", "as-release", "earlier-process") and report["verdict"] != NOT_AFFECTED:
+        unpatched = report["verdict"]
+        report["verdict"] = UNKNOWN
+        report["why"] = (f"{kind} of {who} says step 0 was {step0}, but it is bound to no file, so it proves "
+                         f"nothing about these saves; unpatched, this run would be {unpatched}: "
+                         f"{report['why'] or 'the files do not say why'}")
+        report["step0_lrs"] = report["step0_lr"] = None
+    elif step0 in ("left", "unknown"):
         report["notes"].append(f"{who} recorded step 0 as {step0!r} ({scheduler['why'] or 'no reason given'}): "
                                "judged from the checkpoint as an unpatched run")
-
-
-def _table_alone_decides(report: dict[str, Any]) -> bool:
-    """Whether the release and class alone settle step 0 (every group at 0.19.8's start, or a class never
-    affected), so that when and where step 0 ran does not matter."""
-    scheduler, version = report["scheduler"], report["step0_deepspeed_version"]
-    if report["verdict"] != NOT_AFFECTED or scheduler not in releases.scheduler_classes():
-        return False
-    if releases.never_affected(scheduler):
-        return True
-    fact = releases.start_fact(scheduler, version)
-    return fact is not None and fact.value is releases.Start.SETS_EVERY_GROUP
 
 
 def unreadable_report(report: dict[str, Any], why: str) -> dict[str, Any]:
@@ -166,7 +316,7 @@ def _scheduler_in_code(state: Any) -> str:
 
 
 def _judge(report: dict[str, Any], scheduler: str, params: dict[str, Any], version: str,
-           newest_version: str) -> dict[str, Any]:
+           newest_version: str, *, later: bool = True) -> dict[str, Any]:
     """Step 0 and the backported changes that apply from the start, on ``version`` (the release of the earliest
     save); the cosine past total_num_steps, which the last steps meet, on ``newest_version``."""
     try:
@@ -210,8 +360,9 @@ def _judge(report: dict[str, Any], scheduler: str, params: dict[str, Any], versi
     if groups is None and fact.value is releases.Start.SETS_GROUP_0_ONLY:
         unsure.append(f"{scheduler} on {version} sets group 0 only: groups 1+ ran step 0 at their own lr, 0.19.8 at "
                       "0; the file does not say how many groups there were")
-    later = [c for c in _differences(scheduler, newest_version, params) if c.key == "ratio_past_warmup"]
-    for change in [c for c in _differences(scheduler, version, params) if c.key != "ratio_past_warmup"] + later:
+    last_steps = [c for c in _differences(scheduler, newest_version, params) if c.key == "ratio_past_warmup"]
+    for change in [c for c in _differences(scheduler, version, params) if c.key != "ratio_past_warmup"] + \
+            (last_steps if later else []):
         if change.key in ("start", "get_lr_before_start", "ratio_before_start"):
             continue  # the step-0 lrs above
         applied, how = _applied(change, report, params, version)
@@ -297,11 +448,14 @@ def _past_the_cosine(params: dict[str, Any], iteration: int | None) -> tuple[boo
     return False, ""
 
 
-def lr_text(value: float | None) -> str:
-    return "?" if value is None else f"{value:g}"
+def lr_text(value: float | str | None) -> str:
+    """An lr as the report shows it: ``?`` where unknown; NaN and infinities (strings in the JSON) as such."""
+    if value is None:
+        return "?"
+    return value if isinstance(value, str) else f"{value:g}"
 
 
-def lrs_text(per_group: list[float | None] | None, first: float | None) -> str:
+def lrs_text(per_group: list[float | str | None] | None, first: float | str | None) -> str:
     if per_group:
         return ", ".join(lr_text(v) for v in per_group)
     return lr_text(first)

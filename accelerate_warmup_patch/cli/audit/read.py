@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ... import record_data
 from . import checkpoint_pickle
 from .checkpoint_pickle import Unreadable
 from .find import model_states
@@ -44,7 +45,7 @@ def read_save(tag: Path, config_root: str | None = None) -> Save:
     if file is None:
         raise Unreadable(f"{tag}: no model-states file (or the folder cannot be listed)")
     try:
-        data = checkpoint_pickle.load(str(file))
+        data, members = checkpoint_pickle.load_with_members(str(file))
     except Unreadable as error:
         raise Unreadable(f"{file.name}: {error}") from None
     if not isinstance(data, dict) or not isinstance(data.get("ds_version"), str):
@@ -56,16 +57,50 @@ def read_save(tag: Path, config_root: str | None = None) -> Save:
     if isinstance(state, dict) and set(state) == {"last_batch_iteration"}:
         iteration = number(state["last_batch_iteration"])
     global_steps = number(data.get("global_steps"))
+    version = data["ds_version"][:64]
+    binding = None if members is None else record_data.binding(file.name, *members)
     record = _record(tag, notes)
-    if record is not None and None not in (record["global_steps"], global_steps) and \
-            record["global_steps"] != global_steps:
+    if record is not None:
+        record = _this_saves(record, binding=binding, version=version, global_steps=global_steps,
+                             scheduler=_scheduler_type(config), notes=notes)
+    return Save(tag, file, version, config, problem, global_steps, iteration, _group_count(data), state, record,
+                notes)
+
+
+def _scheduler_type(config: dict[str, Any]) -> str | None:
+    block = config.get("scheduler")
+    kind = block.get("type") if isinstance(block, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _this_saves(record: dict[str, Any], *, binding: dict[str, Any] | None, version: str, global_steps: Any,
+                scheduler: str | None, notes: list[str]) -> dict[str, Any] | None:
+    """The record, if it can be this save's; else None and a note naming what disagrees. A record 2 must be bound
+    to this very model-states file; every record must name this save's release, step count and scheduler class.
+    A record 2 that says it is unbound is kept, marked ``bound: False``: a claim, never proof."""
+    name = record["file"]
+    problem = None
+    if record["global_steps"] != global_steps:
         # The record is written after each save, with the engine's step count; the tag folder may be saved over
         # later by a job that wrote none (unpatched, off, or without the package), and the old record stays.
-        notes.append(f"{record['file']}: ignored, it names global step {record['global_steps']} and the checkpoint "
-                     f"{global_steps}: a record of an earlier save into this folder")
-        record = None
-    return Save(tag, file, data["ds_version"][:64], config, problem, global_steps, iteration,
-                _group_count(data), state, record, notes)
+        problem = (f"it names global step {record['global_steps']} and the checkpoint "
+                   f"{'?' if global_steps is None else global_steps}: a record of an earlier save into this folder")
+    elif record["deepspeed"] != version:
+        problem = f"it names DeepSpeed {record['deepspeed']}, the checkpoint {version}"
+    elif record["scheduler"] is not None and scheduler is not None and record["scheduler"]["class"] != scheduler:
+        problem = f"it names scheduler {record['scheduler']['class']}, the checkpoint's config {scheduler}"
+    elif record["record"] == record_data.RECORD and record["bound_to"]["file"] is not None:
+        if binding is None:
+            problem = "it is bound to a zip, and the model states are torch's legacy format"
+        elif not record_data.same_binding(record["bound_to"], binding):
+            problem = record_data.binding_problem(record["bound_to"], binding)
+    if problem is not None:
+        notes.append(f"{name}: ignored, not that save's record: {problem}")
+        return None
+    record["bound"] = record["record"] == record_data.RECORD and record["bound_to"]["file"] is not None
+    if record["record"] == record_data.RECORD and not record["bound"]:
+        notes.append(f"{name}: unbound ({record['bound_to']['unbound']}): what it says is a claim, not proof")
+    return record
 
 
 def number(value: Any) -> Any:
@@ -106,14 +141,14 @@ def _bounded_int(text: str) -> int | None:
 
 
 def _record(tag: Path, notes: list[str]) -> dict[str, Any] | None:
-    """The record a patched run wrote beside this save (BRIEF's record 1), as plain data; None when there is none
-    or it is malformed (then a note says why)."""
+    """The record a patched run wrote beside this save (record 2, or 0.5.0's record 1), as plain data with its lrs
+    decoded; None when there is none or it is malformed (then a note says why)."""
     path = tag / RECORD_FILE
     if not os.path.lexists(path):
         return None
     try:
         raw = json.loads(checkpoint_pickle.read_capped(str(path), RECORD_BYTES).decode("utf-8"),
-                         parse_int=_bounded_int)
+                         parse_int=_bounded_int, parse_constant=_refuse_constant)
         record = _valid_record(raw)
     except (Unreadable, ValueError, RecursionError, TypeError, KeyError) as error:
         notes.append(f"{path}: ignored, not a record this audit reads ({error})")
@@ -122,31 +157,109 @@ def _record(tag: Path, notes: list[str]) -> dict[str, Any] | None:
     return record
 
 
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON (a record writes a non-finite lr as a string)")
+
+
 def _valid_record(raw: Any) -> dict[str, Any]:
-    if not isinstance(raw, dict) or raw.get("record") != 1:
-        raise ValueError(f"record {raw.get('record') if isinstance(raw, dict) else None!r}, not 1")
-    if raw.get("package") != "accelerate-warmup-patch":
+    """Record 1 or 2 with every field of the right type; raises ValueError naming the first that is not."""
+    if not isinstance(raw, dict) or raw.get("record") not in (1, record_data.RECORD) or \
+            isinstance(raw.get("record"), bool):
+        raise ValueError(f"record {raw.get('record') if isinstance(raw, dict) else None!r}, not 1 or 2")
+    if raw.get("package") != record_data.PACKAGE:
         raise ValueError("not accelerate-warmup-patch's")
-    record = {key: raw.get(key) for key in ("version", "mode", "deepspeed", "reference")}
-    if not all(isinstance(value, str) for value in record.values()):
+    record: dict[str, Any] = {key: raw.get(key) for key in ("record", "version", "mode", "deepspeed", "reference")}
+    if not all(isinstance(record[key], str) for key in ("version", "mode", "deepspeed", "reference")):
         raise ValueError("version, mode, deepspeed and reference must be strings")
-    record["global_steps"] = number(raw.get("global_steps"))
-    scheduler = raw.get("scheduler")
+    record["global_steps"] = _count(raw.get("global_steps"), "global_steps")
+    record["scheduler"] = _valid_scheduler(raw.get("scheduler"))
+    if record["record"] == record_data.RECORD:
+        record["bound_to"] = _valid_binding(raw.get("bound_to"))
+        record["first_step"] = _valid_first_step(raw.get("first_step"))
+        record["step0"] = _valid_step0(raw.get("step0"))
+        loads = raw.get("loads")
+        if not isinstance(loads, list) or len(loads) > 64 or not all(isinstance(hop, dict) for hop in loads):
+            raise ValueError("loads is not a list of objects")
+        record["loads"] = [{key: _short(hop.get(key)) for key in ("tag", "deepspeed", "global_steps", "record",
+                                                                   "bound")} for hop in loads]
+    return record
+
+
+def _count(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value.bit_length() > 63:
+        raise ValueError(f"{name} is not a step count")
+    return int(value)
+
+
+def _short(value: Any) -> Any:
+    """A plain scalar of a record, strings cut at 200 characters; anything else None."""
+    if isinstance(value, str):
+        return value[:200]
+    return value if value is None or isinstance(value, (bool, int)) else None
+
+
+def _lrs(value: Any, name: str, optional: bool = True) -> list[float] | None:
+    if value is None and optional:
+        return None
+    lrs = record_data.decode_lrs(value)
+    if lrs is None:
+        raise ValueError(f"{name} is not a list of lrs (numbers, or \"nan\", \"inf\", \"-inf\")")
+    return lrs
+
+
+def _valid_scheduler(scheduler: Any) -> dict[str, Any] | None:
     if scheduler is None:
-        record["scheduler"] = None
-        return record
+        return None
     if not isinstance(scheduler, dict) or scheduler.get("step0") not in _STEP0:
         raise ValueError(f"scheduler.step0 is not one of {', '.join(_STEP0)}")
-    lrs = {}
-    for key in ("lrs_before", "lrs_after"):
-        value = scheduler.get(key)
-        if value is not None and (not isinstance(value, list) or len(value) > 10_000 or
-                                  any(number(v) is None for v in value)):
-            raise ValueError(f"scheduler.{key} is not a list of numbers or null")
-        lrs[key] = value
-    record["scheduler"] = {"class": str(scheduler.get("class"))[:200], "step0": scheduler["step0"], **lrs,
-                           "why": str(scheduler.get("why") or "")[:1000]}
-    return record
+    if not isinstance(scheduler.get("class"), str):
+        raise ValueError("scheduler.class is not a string")
+    return {"class": scheduler["class"][:200], "step0": scheduler["step0"],
+            "lrs_before": _lrs(scheduler.get("lrs_before"), "scheduler.lrs_before"),
+            "lrs_after": _lrs(scheduler.get("lrs_after"), "scheduler.lrs_after"),
+            "why": str(scheduler.get("why") or "")[:1000]}
+
+
+def _valid_binding(bound_to: Any) -> dict[str, Any]:
+    if not isinstance(bound_to, dict):
+        raise ValueError("bound_to is not an object")
+    if bound_to.get("file") is None:
+        return record_data.unbound(str(bound_to.get("unbound") or "no reason given")[:1000])
+    if not isinstance(bound_to.get("file"), str) or not isinstance(bound_to.get("digest"), str):
+        raise ValueError("bound_to.file and bound_to.digest must be strings")
+    return {"file": bound_to["file"][:200], "size": _count(bound_to.get("size"), "bound_to.size"),
+            "members": _count(bound_to.get("members"), "bound_to.members"), "digest": bound_to["digest"][:100]}
+
+
+def _valid_first_step(first: Any) -> dict[str, Any] | None:
+    if first is None:
+        return None
+    if not isinstance(first, dict) or not isinstance(first.get("observed"), bool):
+        raise ValueError("first_step is not an object with observed true or false")
+    if not first["observed"]:
+        return {"observed": False, "why": str(first.get("why") or "")[:1000]}
+    return {"observed": True, "lrs": _lrs(first.get("lrs"), "first_step.lrs", optional=False),
+            "global_steps": _count(first.get("global_steps"), "first_step.global_steps")}
+
+
+def _valid_step0(step0: Any) -> dict[str, Any]:
+    """The run's step 0 as the record tells it (record_data's ``how``s); an observed one must hold its lrs and the
+    release and step count it ran at."""
+    if not isinstance(step0, dict) or step0.get("how") not in record_data.HOWS:
+        raise ValueError(f"step0.how is not one of {', '.join(record_data.HOWS)}")
+    valid = {key: _short(step0.get(key)) for key in ("how", "deepspeed", "scheduler", "mode", "patch", "patch_did",
+                                                      "tag", "claimed", "why")}
+    valid["why"] = str(step0.get("why") or "")[:1000]
+    steps = step0.get("global_steps")
+    valid["global_steps"] = None if steps is None else _count(steps, "step0.global_steps")
+    if valid["how"] == record_data.OBSERVED:
+        if not isinstance(valid["deepspeed"], str) or valid["global_steps"] is None:
+            raise ValueError("an observed step0 must name its deepspeed and global_steps")
+        valid["lrs"] = _lrs(step0.get("lrs"), "step0.lrs", optional=False)
+        valid["expected"] = _lrs(step0.get("expected"), "step0.expected")
+        if not valid["lrs"] or (valid["expected"] is not None and len(valid["expected"]) != len(valid["lrs"])):
+            raise ValueError("step0.lrs must hold one lr per group, and step0.expected as many or be null")
+    return valid
 
 
 def _group_count(data: dict[str, Any]) -> int | None:

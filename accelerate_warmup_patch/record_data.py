@@ -1,0 +1,155 @@
+"""Record 2 as data: how it is bound to its model-states file, how it writes an lr, how its chain is kept short.
+
+Standard library only, and nothing here touches torch or DeepSpeed: the writer (``marks``, in the training job)
+and the reader (``cli/audit/read``, on any Python) share these functions, so that both sides compute the binding
+and read the numbers the same way (docs/mark.md).
+
+The binding names the model-states file an audit judges a tag folder by (the lowest-ranked ``*model_states.pt``)
+with what its zip central directory already holds: each member's name, CRC-32 and size, hashed together, and the
+file's size. Reading it costs one read of the directory at the end of the file, never the weights, and it holds
+across ``cp -r``, ``rsync``, ``tar`` or an object-store sync, which change mtimes and inodes but not the bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import zipfile
+from typing import IO, Any
+
+RECORD_FILE = "accelerate_warmup_patch.json"
+RECORD = 2  # the record this release writes; 1 was 0.5.0's (unbound)
+PACKAGE = "accelerate-warmup-patch"
+# the rank files an engine writes per tag (engine.py's _get_ckpt_name @ v0.15.2, v0.19.8): mp_rank_00_model_states.pt,
+# zero_pp_rank_0_mp_rank_00_model_states.pt; the audit reads the lowest-ranked one (cli/audit/find.model_states)
+MODEL_STATES = re.compile(r"^(?:zero_pp_rank_(\d+)_)?mp_rank_(\d+)_model_states\.pt$")
+MAX_LOADS = 8  # the loads a record lists (newest first): the chain stays this short however often a run resumes
+MAX_MEMBERS = 1_000_000  # a central directory longer than this is not bound (no torch save holds so many tensors)
+
+# What a record says about the run's step 0 (``step0.how``). Only "observed" can clear a run; every other is a
+# reason the audit names.
+OBSERVED = "observed"  # a patched process saw its optimizer run step 0 (its first step, the run started there)
+NO_STEP_YET = "no-step-yet"  # the run has taken no optimizer step
+UNRECORDED = "unrecorded"  # step 0 ran in a process that left no record bound to the save this one loaded
+UNBOUND = "unbound"  # the save this one loaded held a record that could not be bound to it (it claims, not proves)
+RECORD_1 = "record-1"  # the save this one loaded held a record 1 (0.5.0): unbound, so a claim
+UNOBSERVED = "unobserved"  # the run started in a patched process that could not watch its first step
+HOWS = (OBSERVED, NO_STEP_YET, UNRECORDED, UNBOUND, RECORD_1, UNOBSERVED)
+
+
+def lowest_model_states(folder: str) -> str | None:
+    """The name of the lowest-ranked ``*model_states.pt`` in ``folder`` (the file an audit reads), or None."""
+    try:
+        names = [name for name in os.listdir(folder) if MODEL_STATES.match(name)]
+    except OSError:
+        return None
+    return min(names, key=_rank) if names else None
+
+
+def _rank(name: str) -> tuple[int, ...]:
+    match = MODEL_STATES.match(name)
+    return tuple(int(group or 0) for group in match.groups()) if match else (1 << 62,)
+
+
+def members_digest(members: list[tuple[str, int, int]]) -> str:
+    """The digest of a zip's members, each (name, CRC-32, size), in name order: ``sha256:<hex>``."""
+    hasher = hashlib.sha256()
+    for name, crc, size in sorted(members):
+        hasher.update(f"{name}\0{crc:08x}\0{size}\n".encode("utf-8", "surrogateescape"))
+    return "sha256:" + hasher.hexdigest()
+
+
+def zip_members(file: IO[bytes]) -> list[tuple[str, int, int]]:
+    """Each member of the zip ``file`` as (name, CRC-32, size), from its central directory alone; raises
+    ``zipfile.BadZipFile`` (or OSError) for a file that is not a zip, torch's legacy format among them."""
+    with zipfile.ZipFile(file) as archive:
+        infos = archive.infolist()
+        if len(infos) > MAX_MEMBERS:
+            raise zipfile.BadZipFile(f"more than {MAX_MEMBERS} members")
+        return [(info.filename, info.CRC, info.file_size) for info in infos]
+
+
+def binding(name: str, size: int, members: list[tuple[str, int, int]]) -> dict[str, Any]:
+    """The record's ``bound_to``: the file's name and size, its members' count and digest."""
+    return {"file": name, "size": size, "members": len(members), "digest": members_digest(members)}
+
+
+def bind(folder: str) -> dict[str, Any]:
+    """``bound_to`` for the lowest-ranked model-states file in ``folder``, read back now; where it cannot be read
+    back as a zip, ``{"file": None, "unbound": why}``."""
+    name = lowest_model_states(folder)
+    if name is None:
+        return unbound(f"no *model_states.pt in {os.path.basename(folder) or folder}")
+    try:
+        with open(os.path.join(folder, name), "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            members = zip_members(file)
+    except (OSError, zipfile.BadZipFile, ValueError) as error:
+        return unbound(f"{name} cannot be read back as a zip ({type(error).__name__}: {str(error)[:200]}; torch's "
+                       "legacy format, or a file not yet complete)")
+    return binding(name, size, members)
+
+
+def unbound(why: str) -> dict[str, Any]:
+    return {"file": None, "unbound": why}
+
+
+def same_binding(recorded: Any, actual: dict[str, Any]) -> bool:
+    """Whether a record's ``bound_to`` names exactly the file ``actual`` describes."""
+    return (isinstance(recorded, dict) and recorded.get("file") is not None and
+            all(recorded.get(key) == actual.get(key) for key in ("file", "size", "members", "digest")))
+
+
+def binding_problem(recorded: Any, actual: dict[str, Any]) -> str:
+    """Why a record's ``bound_to`` is not the file ``actual`` describes, in words."""
+    if not isinstance(recorded, dict) or recorded.get("file") is None:
+        why = recorded.get("unbound") if isinstance(recorded, dict) else None
+        return f"it is unbound ({why or 'no reason given'})"
+    if recorded.get("file") != actual.get("file"):
+        return f"it is bound to {recorded.get('file')!r}, the folder's model states are {actual.get('file')!r}"
+    if recorded.get("size") != actual.get("size"):
+        return f"it is bound to a file of {recorded.get('size')} bytes, this one holds {actual.get('size')}"
+    return "its digest of the model states' members is not this file's (other bytes: a rerun or a copy)"
+
+
+# Numbers ----------------------------------------------------------------------------------------------------
+
+def encode_lr(value: float) -> float | str:
+    """An lr as JSON holds it: a finite float as itself, NaN and infinities as "nan", "inf", "-inf"."""
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return float(value)
+
+
+def decode_lr(value: Any) -> float | None:
+    """An lr a record holds, as a float (NaN and infinities from their strings); None when it is not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if math.isfinite(value) else None
+    if value in ("nan", "inf", "-inf"):
+        return float(value)
+    return None
+
+
+def decode_lrs(value: Any, cap: int = 10_000) -> list[float] | None:
+    """A list of lrs a record holds; None when it is not a list of lrs (or is longer than ``cap``)."""
+    if not isinstance(value, list) or len(value) > cap:
+        return None
+    decoded = [decode_lr(v) for v in value]
+    return None if any(v is None for v in decoded) else [v for v in decoded if v is not None]
+
+
+def same_lr(a: float, b: float) -> bool:
+    """Two lrs the same: equal to float32's precision (a tensor lr), NaN equal to NaN."""
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return a == b or math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-15)
+
+
+def same_lrs(a: list[float], b: list[float]) -> bool:
+    return len(a) == len(b) and all(same_lr(x, y) for x, y in zip(a, b))

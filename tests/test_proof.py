@@ -1,0 +1,166 @@
+"""A "not affected" that is proof (#41), on real engines of the installed DeepSpeed (the suite's 0.15.2 and 0.19.8).
+
+Two training processes: an unpatched one (a save made at step 0, and one after three steps), then one armed with
+the patch (reset) that trains a patched run and resumes the unpatched saves every way that decides step 0. The
+folders are then rearranged as admins find them (a rerun into a patched run's folder, a record copied beside
+another run, a `cp -r` of a patched run), and `audit` reads them all from `python -S` with a copy of the package
+alone. The truth is the lr each optimizer step really used (the harness's torch pre-hook): every verdict and
+step-0 lr is asserted against it and against 0.19.8's step 0 (warmup_min_lr, 0.0).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import ports
+import pytest
+from conftest import CHILDREN, Spec, run_child, run_specs
+
+RECORD = "accelerate_warmup_patch.json"
+NEWEST_STEP0 = 0.0  # WarmupLR-linear's warmup_min_lr: what 0.19.8 runs step 0 at
+UNPATCHED = {"step0-save": Spec(steps=0), "unpatched": Spec(steps=3)}
+# each armed run: its spec, and the run whose first optimizer step is this run's step 0 (None: its own)
+ARMED: dict[str, tuple[Spec, str | None]] = {
+    "patched": (Spec(steps=3), None),
+    "patched-inf": (Spec(steps=2, groups=[math.inf]), None),  # an inf optimizer lr, which reset mode starts at 0.0
+    "from-step0": (Spec(steps=2, resume_from="step0-save"), None),  # step 0 runs here, at the restored lr
+    "from-step0-fresh-scheduler": (Spec(steps=2, resume_from="step0-save", load_lr_scheduler_states=False), None),
+    "upgrade": (Spec(steps=2, resume_from="unpatched"), "unpatched"),  # the early save is not in this folder
+    "no-optimizer-states": (Spec(steps=2, resume_from="unpatched", load_optimizer_states=False), "unpatched"),
+    "resumed-patched": (Spec(steps=2, resume_from="patched", load_lr_scheduler_states=False), "patched"),
+    # ZeRO 2 steps the torch optimizer once per group, narrowed to it; ZeRO 3 names its file zero_pp_rank_0_...
+    "zero2-two-groups": (Spec(steps=2, zero=2, groups=[1e-3, 2e-3]), None),
+    "zero3": (Spec(steps=2, zero=3), None),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[float]]]:
+    """Every run trained and saved (two processes), then the rearranged folders; each run's true step-0 lrs."""
+    root = tmp_path_factory.mktemp("proof")
+    unpatched = run_specs(*(replace(spec, save_to=str(root / name)) for name, spec in UNPATCHED.items()))
+    armed = run_specs(*(replace(spec, save_to=str(root / name), resume_from=spec.resume_from and
+                                str(root / spec.resume_from)) for name, (spec, _) in ARMED.items()),
+                      env={"ACCELERATE_WARMUP_PATCH": "reset"})
+    first = {name: result["lrs"][0] if result["lrs"] else None
+             for name, result in zip([*UNPATCHED, *ARMED], [*unpatched.data["results"], *armed.data["results"]])}
+    truth = {name: first[origin or name] for name, (_, origin) in ARMED.items()}
+    truth["unpatched"] = first["unpatched"]
+    # a rerun from scratch, unpatched, into the patched run's folder: new model states, the old record stays
+    shutil.copytree(root / "patched", root / "rerun")
+    for file in (root / "unpatched" / "ckpt").iterdir():
+        shutil.copy(file, root / "rerun" / "ckpt" / file.name)
+    truth["rerun"] = first["unpatched"]
+    # the patched run's record copied beside the unpatched run's files (same release, class and step count)
+    shutil.copytree(root / "unpatched", root / "copied-record")
+    shutil.copy(root / "patched" / "ckpt" / RECORD, root / "copied-record" / "ckpt" / RECORD)
+    truth["copied-record"] = first["unpatched"]
+    shutil.copytree(root / "patched", root / "cp-r")  # `cp -r`: new inodes and mtimes, the same bytes
+    truth["cp-r"] = first["patched"]
+    return root, truth
+
+
+@pytest.fixture(scope="module")
+def audited(runs: tuple[Path, dict[str, list[float]]], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """`python -S -m accelerate_warmup_patch audit --json` of every run folder, the package alone on the path."""
+    root, truth = runs
+    bare = tmp_path_factory.mktemp("bare")
+    spec = importlib.util.find_spec("accelerate_warmup_patch")
+    assert spec is not None and spec.origin
+    shutil.copytree(Path(spec.origin).parent, bare / "accelerate_warmup_patch",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "ACCELERATE_WARMUP_PATCH"))}
+    names = sorted(truth)
+    proc = subprocess.run([sys.executable, "-S", "-m", "accelerate_warmup_patch", "audit", "--json",
+                           *(str(root / name) for name in names)], env={**env, "PYTHONPATH": str(bare)},
+                          cwd=bare, capture_output=True, text=True, timeout=300)
+    return dict(zip(names, json.loads(proc.stdout)))
+
+
+def _expected_verdict(step0: list[float]) -> str:
+    return "not affected" if step0 == [NEWEST_STEP0] else "affected"
+
+
+@pytest.mark.parametrize("name", ["patched", "patched-inf", "cp-r", "from-step0", "from-step0-fresh-scheduler",
+                                  "upgrade", "no-optimizer-states", "resumed-patched", "rerun", "copied-record",
+                                  "unpatched"])
+def test_the_audits_verdict_and_step0_lr_are_the_optimizers_truth(runs, audited, name):
+    _, truth = runs
+    report = audited[name]
+    assert report["verdict"] == _expected_verdict(truth[name]), (truth[name], report)
+    assert report["step0_lr"] == truth[name][0], (truth[name], report)
+
+
+@pytest.mark.parametrize("name", ["zero2-two-groups", "zero3"])
+def test_a_patched_zero_run_records_every_groups_step_0_bound_to_its_rank_0_file(runs, audited, name):
+    _, truth = runs
+    report = audited[name]
+    assert report["verdict"] == "not affected" and report["step0_lrs"] == truth[name], (truth[name], report)
+    assert report["record"]["bound_to"]["file"] == Path(report["checkpoint"]).name, report
+
+
+def test_a_patched_run_copied_with_cp_r_is_still_proven(audited):
+    assert audited["cp-r"]["verdict"] == "not affected" and audited["cp-r"]["record"]["bound"] is True
+
+
+def test_a_rerun_or_a_copied_record_is_not_that_saves_record_unless_the_bytes_are_the_same(runs, audited):
+    root, _ = runs
+    states = "ckpt/mp_rank_00_model_states.pt"
+    for name in ("rerun", "copied-record"):
+        if (root / name / states).read_bytes() == (root / "patched" / states).read_bytes():
+            # 0.19.8 trains the unpatched run exactly as the patched one: the same model states, byte for byte,
+            # so the record's facts are these bytes' facts
+            assert audited[name]["record"]["bound"] is True, audited[name]
+            continue
+        assert audited[name]["record"] is None, audited[name]
+        assert any("ignored, not that save's record" in note for note in audited[name]["notes"]), audited[name]
+
+
+def test_a_resume_from_an_unrecorded_save_names_the_release_that_ran_step_0(runs, audited):
+    root, _ = runs
+    record = json.loads((root / "upgrade" / "ckpt" / RECORD).read_text())
+    assert record["step0"]["how"] == "unrecorded" and record["step0"]["global_steps"] == 3, record
+    assert record["step0"]["deepspeed"] == audited["unpatched"]["deepspeed_version"]
+    assert "holds no record" in audited["upgrade"]["why"], audited["upgrade"]
+
+
+def test_an_inf_optimizer_lr_is_written_as_valid_json(runs):
+    root, _ = runs
+    text = (root / "patched-inf" / "ckpt" / RECORD).read_text()
+    assert "Infinity" not in text and json.loads(text)["step0"]["how"] == "observed"
+
+
+def test_the_watch_of_the_first_step_leaves_no_hook_on_a_steady_step():
+    proc = run_child("first_step_hooks.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (found["pre"], found["post"]) == (2, 1), found  # the user's own three hooks, no more
+    assert found["ran"] == ["user pre, before", "user pre, after", "user post"] * 3, found
+    assert found["first_step"] == {"observed": True, "lrs": [0.25], "global_steps": 0, "skipped_steps": 0,
+                                   "last_batch_iteration": None}
+
+
+def test_two_ranks_write_one_record_per_tag_bound_to_rank_0s_files_and_carried_on_resume(tmp_path):
+    # two CPU ranks, data parallel: rank 0 alone watches, reads the loaded record and writes; the resume carries step 0
+    env = {**os.environ, "ACCELERATE_WARMUP_PATCH": "reset"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           str(ports.port(ports.RECORD_TWO_RANKS)), str(CHILDREN / "two_ranks_records.py"),
+                           str(tmp_path)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    truth = json.loads((tmp_path / "rank0.json").read_text())["run"][0]
+    assert json.loads((tmp_path / "rank1.json").read_text())["run"][0] == truth
+    records = {folder: json.loads((tmp_path / folder / "ckpt" / RECORD).read_text()) for folder in ("run", "resumed")}
+    assert sorted(p.parent.parent.name for p in tmp_path.rglob(RECORD)) == ["resumed", "run"]
+    for record in records.values():
+        assert record["bound_to"]["file"] == "mp_rank_00_model_states.pt", record
+        assert record["step0"]["how"] == "observed" and record["step0"]["lrs"] == [truth], record
+    assert records["resumed"]["loads"][0]["bound"] is True

@@ -1,0 +1,355 @@
+"""A "not affected" that is proof (#41): record 2 bound to the save it sits beside, the run's step 0 carried along
+its chain, one verdict from all the facts. Synthetic checkpoints written with the standard library alone
+(tests/unit/audit_files.py): DeepSpeed 0.15.2 runs WarmupLR's step 0 at the optimizer's lr 0.001, 0.19.8 at
+warmup_min_lr 0.0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[2]))
+import audit_files as files
+
+from accelerate_warmup_patch import record_data, witness
+from accelerate_warmup_patch.cli import audit as audit_cli
+from accelerate_warmup_patch.cli.audit import find
+from accelerate_warmup_patch.state import STATE
+
+COSINE = {"type": "WarmupCosineLR", "params": {"warmup_min_ratio": 0.0, "warmup_num_steps": 3,
+                                               "total_num_steps": 8, "warmup_type": "linear"}}
+
+
+def observed(lrs: list[Any], expected: list[Any] | None, *, deepspeed: str = "0.15.2",
+             patch_did: str = "fixed") -> dict[str, Any]:
+    """A step0 that a patched process saw its optimizer run (the run started there)."""
+    return {"how": "observed", "deepspeed": deepspeed, "scheduler": "WarmupLR", "mode": "reset", "patch": "0.6.0",
+            "lrs": lrs, "expected": expected, "patch_did": patch_did, "global_steps": 0}
+
+
+def record2(tag: Path, step0: dict[str, Any], *, deepspeed: str = "0.15.2", global_steps: int = 6,
+            mode: str = "reset", scheduler: str = "WarmupLR", bound: bool = True, **extra: Any) -> dict[str, Any]:
+    """Record 2 as marks.py writes it, bound to the model states in ``tag`` as they are now."""
+    return {"record": 2, "package": "accelerate-warmup-patch", "version": "0.6.0", "mode": mode,
+            "deepspeed": deepspeed, "reference": "0.19.8", "global_steps": global_steps,
+            "bound_to": record_data.bind(str(tag)) if bound else record_data.unbound("a checkpoint engine that "
+                                                                                    "writes later"),
+            "scheduler": {"class": scheduler, "step0": "fixed", "lrs_before": [0.001], "lrs_after": [0.0],
+                          "why": "one plain sentence"},
+            "first_step": None, "step0": step0, "loads": [], **extra}
+
+
+def write_record(tag: Path, record: dict[str, Any]) -> None:
+    (tag / record_data.RECORD_FILE).write_text(json.dumps(record, allow_nan=False))
+
+
+def patched_run(save_dir: Path, step0: dict[str, Any], *, tag: str = "global_step6", global_steps: int = 6,
+                version: str = "0.15.2", scheduler: dict[str, Any] | None = None, lr: float = 1e-3,
+                **record: Any) -> Path:
+    """A save of a patched process: the model states, then its record 2 bound to them."""
+    files.write_run(save_dir, tag=tag, global_steps=global_steps, version=version, scheduler=scheduler, lr=lr)
+    folder = save_dir / tag
+    write_record(folder, record2(folder, step0, deepspeed=version, global_steps=global_steps,
+                                 scheduler=(scheduler or {"type": "WarmupLR"})["type"], **record))
+    return folder
+
+
+def audit(*paths: Path, text: bool = False) -> tuple[int, Any]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = audit_cli.main([str(p) for p in paths], as_json=not text)
+    return code, (out.getvalue() if text else json.loads(out.getvalue()))
+
+
+def one(path: Path) -> tuple[int, dict[str, Any]]:
+    code, reports = audit(path)
+    assert len(reports) == 1, reports
+    return code, reports[0]
+
+
+# The binding ------------------------------------------------------------------------------------------------
+
+def test_the_binding_is_the_zip_members_crcs_and_sizes_and_holds_across_a_copy(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "run")
+    tag = tmp_path / "run" / "global_step6"
+    bound = record_data.bind(str(tag))
+    assert bound["file"] == "mp_rank_00_model_states.pt" and bound["size"] == (tag / bound["file"]).stat().st_size
+    assert bound["digest"].startswith("sha256:") and bound["members"] >= 2
+    shutil.copytree(tmp_path / "run", tmp_path / "copy")  # new inodes and mtimes, the same bytes
+    assert record_data.same_binding(bound, record_data.bind(str(tmp_path / "copy" / "global_step6")))
+    files.write_run(tmp_path / "rerun", lr=2e-3)  # other model states under the same names
+    other = record_data.bind(str(tmp_path / "rerun" / "global_step6"))
+    assert not record_data.same_binding(bound, other)
+    assert "digest" in record_data.binding_problem(bound, other) or "bytes" in record_data.binding_problem(bound, other)
+
+
+def test_model_states_in_torchs_legacy_format_cannot_be_bound(tmp_path: Path) -> None:
+    (tmp_path / "tag").mkdir()
+    files.write_torch_legacy(tmp_path / "tag" / "mp_rank_00_model_states.pt", files.model_states())
+    bound = record_data.bind(str(tmp_path / "tag"))
+    assert bound["file"] is None and "legacy format" in bound["unbound"]
+
+
+@pytest.mark.parametrize("names", [
+    ["zero_pp_rank_10_mp_rank_00_model_states.pt", "zero_pp_rank_2_mp_rank_00_model_states.pt",
+     "zero_pp_rank_0_mp_rank_00_model_states.pt"],
+    ["mp_rank_01_model_states.pt", "mp_rank_00_model_states.pt", "layer_01-model_states.pt"],
+    ["zero_pp_rank_1_mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_01_model_states.pt"],
+])
+def test_the_writer_binds_the_model_states_file_the_audit_reads(tmp_path: Path, names: list[str]) -> None:
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    read = find.model_states(tmp_path)
+    assert read is not None and record_data.lowest_model_states(str(tmp_path)) == read.name
+
+
+# Numbers ----------------------------------------------------------------------------------------------------
+
+def test_non_finite_lrs_are_written_as_strings_and_read_back() -> None:
+    encoded = [record_data.encode_lr(v) for v in (math.nan, math.inf, -math.inf, 0.5)]
+    assert encoded == ["nan", "inf", "-inf", 0.5] and json.dumps(encoded, allow_nan=False)
+    decoded = record_data.decode_lrs(encoded)
+    assert decoded is not None and math.isnan(decoded[0]) and decoded[1:] == [math.inf, -math.inf, 0.5]
+    assert record_data.decode_lrs(["zero"]) is None and record_data.decode_lrs([True]) is None
+    assert record_data.same_lrs([math.nan], [math.nan]) and not record_data.same_lrs([math.nan], [0.0])
+
+
+# Verdicts from a bound record --------------------------------------------------------------------------------
+
+def test_a_bound_record_whose_step0_ran_at_the_warmup_start_is_not_affected(tmp_path: Path) -> None:
+    patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "not affected" and code == 0, report
+    assert report["step0_lrs"] == [0.0] and report["newest_step0_lrs"] == [0.0]
+    assert "observed by accelerate-warmup-patch 0.6.0 (reset)" in report["why"] and "fixed it" in report["why"]
+    assert report["record"]["bound"] is True
+
+
+def test_a_copy_of_a_patched_run_is_still_not_affected(tmp_path: Path) -> None:
+    patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    shutil.copytree(tmp_path / "run", tmp_path / "copy")
+    _, report = one(tmp_path / "copy")
+    assert report["verdict"] == "not affected", report
+
+
+def test_a_step0_that_ran_at_a_restored_lr_is_affected_whatever_the_patch_set(tmp_path: Path) -> None:
+    # a patched job resumed from a save made at step 0 by an unpatched one: the restore put the lr back
+    patched_run(tmp_path / "run", observed([0.001], [0.0]))
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "affected" and code == 1, report
+    assert report["step0_lr"] == 0.001 and report["newest_step0_lr"] == 0.0
+    assert "step 0 ran at 0.001 (observed by" in report["why"] and "0.19.8 runs it at 0" in report["why"]
+
+
+def test_an_unpatched_rerun_over_a_patched_runs_folder_is_not_that_records_save(tmp_path: Path) -> None:
+    patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    kept = (tmp_path / "run" / "global_step6" / record_data.RECORD_FILE).read_text()
+    files.write_run(tmp_path / "run", lr=2e-3)  # the rerun: same tag, same step count, other model states
+    (tmp_path / "run" / "global_step6" / record_data.RECORD_FILE).write_text(kept)
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "affected" and report["record"] is None and code == 1, report
+    assert report["step0_lr"] == 0.002
+    assert any("ignored, not that save's record" in note for note in report["notes"]), report["notes"]
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"deepspeed": "0.19.8"}, "names DeepSpeed 0.19.8, the checkpoint 0.15.2"),
+    ({"scheduler": {"class": "WarmupCosineLR", "step0": "fixed", "lrs_before": None, "lrs_after": None}},
+     "names scheduler WarmupCosineLR, the checkpoint's config WarmupLR"),
+    ({"global_steps": 3}, "names global step 3 and the checkpoint 6"),
+])
+def test_a_record_that_disagrees_with_the_save_beside_it_is_ignored(tmp_path: Path, change: dict[str, Any],
+                                                                    said: str) -> None:
+    # a record copied beside another run's files: its binding may even match (the same bytes), its facts do not
+    folder = patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    record = {**json.loads((folder / record_data.RECORD_FILE).read_text()), **change}
+    write_record(folder, record)
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "affected" and report["record"] is None, report
+    assert any(said in note for note in report["notes"]), report["notes"]
+
+
+@pytest.mark.parametrize("breakage", [
+    {"bound_to": None}, {"bound_to": {"file": "mp_rank_00_model_states.pt", "size": "12"}},
+    {"step0": {"how": "guessed"}}, {"step0": {"how": "observed", "deepspeed": "0.15.2", "lrs": ["zero"],
+                                              "global_steps": 0}},
+    {"step0": {"how": "observed", "deepspeed": "0.15.2", "lrs": [0.0], "global_steps": None}},
+    {"step0": observed([], [])}, {"step0": observed([0.0], [0.0, 0.0])},
+    {"global_steps": None}, {"global_steps": "6"}, {"loads": {"tag": "x"}}, {"record": True},
+    {"first_step": {"observed": "yes"}},
+])
+def test_a_record_2_with_a_field_of_the_wrong_type_is_absent_with_a_note(tmp_path: Path,
+                                                                          breakage: dict[str, Any]) -> None:
+    folder = patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    write_record(folder, {**json.loads((folder / record_data.RECORD_FILE).read_text()), **breakage})
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "affected" and report["record"] is None and code == 1, report
+    assert any("ignored, not a record this audit reads" in note for note in report["notes"]), report["notes"]
+
+
+def test_an_unbound_record_never_clears_a_run(tmp_path: Path) -> None:
+    patched_run(tmp_path / "run", observed([0.0], [0.0]), bound=False)
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "unknown" and code == 0, report
+    assert "bound to no file" in report["why"] and report["step0_lr"] is None
+    assert any("unbound (a checkpoint engine that writes later)" in note for note in report["notes"])
+
+
+def test_an_unbound_record_that_names_a_harm_counts(tmp_path: Path) -> None:
+    folder = patched_run(tmp_path / "run", observed([0.001], [0.0]), bound=False, mode="warn")
+    record = json.loads((folder / record_data.RECORD_FILE).read_text())
+    record["scheduler"] |= {"step0": "warned"}
+    write_record(folder, record)
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "affected" and "warned, not fixed" in report["why"], report
+
+
+# The chain ---------------------------------------------------------------------------------------------------
+
+def unrecorded(deepspeed: str | None, global_steps: int = 3) -> dict[str, Any]:
+    return {"how": "unrecorded", "deepspeed": deepspeed, "global_steps": global_steps, "scheduler": "WarmupLR",
+            "tag": "global_step3", "why": "the save it resumed from (global_step3) holds no record: step 0 ran "
+                                         "unpatched, or patched by 0.4.0 or older"}
+
+
+def test_an_upgrade_resume_with_the_early_saves_deleted_is_judged_on_the_release_that_ran_step_0(
+        tmp_path: Path) -> None:
+    # unpatched on 0.15.2, resumed patched on 0.19.8, global_step3 deleted: the newest record alone tells
+    patched_run(tmp_path / "run", unrecorded("0.15.2"), version="0.19.8")
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "affected" and code == 1, report
+    assert report["step0_deepspeed_version"] == "0.15.2" and report["step0_lr"] == 0.001, report
+    assert "holds no record" in report["why"]
+
+
+def test_a_chain_that_ends_in_an_unknown_release_is_unknown(tmp_path: Path) -> None:
+    patched_run(tmp_path / "run", unrecorded(None), version="0.19.8")
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "unknown" and code == 0 and "release that ran step 0 is not known" in report["why"]
+
+
+@pytest.mark.parametrize("how", ["record-1", "unbound", "unobserved"])
+def test_a_chain_that_ends_in_a_claim_clears_only_where_the_release_needs_no_fix(tmp_path: Path, how: str) -> None:
+    for release, verdict in (("0.15.2", "unknown"), ("0.19.8", "not affected")):
+        patched_run(tmp_path / release, {"how": how, "deepspeed": release, "global_steps": 3, "why": f"a {how}"},
+                    version="0.19.8")
+        _, report = one(tmp_path / release)
+        assert report["verdict"] == verdict, (release, report)
+
+
+def test_a_fixed_start_then_an_unpatched_cosine_past_its_total_is_affected_and_both_are_named(
+        tmp_path: Path) -> None:
+    patched_run(tmp_path / "run", observed([0.0], [0.0]), tag="global_step3", global_steps=3, scheduler=COSINE)
+    (tmp_path / "run" / "latest").unlink()
+    files.write_run(tmp_path / "run", tag="global_step20", global_steps=20, scheduler=COSINE)  # unpatched resume
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "affected" and code == 1, report
+    assert "as 0.19.8 runs it" in report["why"] and "total_num_steps" in report["why"], report
+    # the newest save has no record: a resume of the fixed start, or a fresh unpatched start (the files cannot tell)
+    assert "the files cannot tell which" in report["why"] and report["step0_lr"] is None
+
+
+def test_a_record_with_non_finite_lrs_is_read_and_reported_as_such(tmp_path: Path) -> None:
+    patched_run(tmp_path / "inf", observed([0.0], [0.0]))  # an inf optimizer lr, fixed: lrs_before ["inf"]
+    folder = tmp_path / "inf" / "global_step6"
+    record = json.loads((folder / record_data.RECORD_FILE).read_text())
+    record["scheduler"]["lrs_before"] = ["inf"]
+    write_record(folder, record)
+    patched_run(tmp_path / "nan", observed(["nan"], ["nan"]))  # a NaN warmup_min_lr: step 0 ran at NaN
+    code, reports = audit(tmp_path / "inf", tmp_path / "nan")
+    assert code == 0
+    assert [r["verdict"] for r in reports] == ["not affected", "not affected"], reports
+    assert reports[0]["record"]["scheduler"]["lrs_before"] == ["inf"]
+    assert reports[1]["step0_lrs"] == ["nan"] and reports[1]["step0_lr"] == "nan"
+    _, text = audit(tmp_path / "nan", text=True)
+    assert "step 0 ran at nan (observed by" in text, text
+
+
+# The runtime's side of the chain (witness.loaded), with a stand-in engine: no torch here ---------------------
+
+class _Engine:
+    """What witness.loaded asks of an engine after a load: its step count and an optimizer (none here)."""
+
+    optimizer = None
+
+    def __init__(self, global_steps: int) -> None:
+        self.global_steps = global_steps
+
+
+def test_a_load_carries_the_bound_records_step0_and_keeps_the_chain_short(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(STATE, "carried", {})
+    monkeypatch.setattr(STATE, "watches", {})
+    folder = patched_run(tmp_path / "run", observed([0.0], [0.0]),
+                         loads=[{"tag": f"t{i}", "deepspeed": "0.15.2", "global_steps": i, "record": 2, "bound": True}
+                                for i in range(20)])
+    engine = _Engine(6)
+    witness.loaded(engine, str(folder / "mp_rank_00_model_states.pt"), {"ds_version": "0.15.2"})
+    carried = witness.carried(engine)
+    assert carried is not None and carried.step0["how"] == "observed" and carried.step0["lrs"] == [0.0]
+    assert len(carried.loads) == record_data.MAX_LOADS and carried.loads[0]["tag"] == "global_step6"
+    assert carried.loads[0]["bound"] is True
+
+
+@pytest.mark.parametrize(("what", "how"), [("none", "unrecorded"), ("copied", "unrecorded"),
+                                           ("record 1", "record-1"), ("NaN literal", "unrecorded")])
+def test_a_load_of_a_save_without_its_own_record_says_step_0_ran_unrecorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str, how: str) -> None:
+    monkeypatch.setattr(STATE, "carried", {})
+    monkeypatch.setattr(STATE, "watches", {})
+    files.write_run(tmp_path / "run")
+    folder = tmp_path / "run" / "global_step6"
+    if what == "copied":  # a record bound to other model states
+        patched_run(tmp_path / "other", observed([0.0], [0.0]), lr=5e-3)
+        shutil.copy(tmp_path / "other" / "global_step6" / record_data.RECORD_FILE, folder)
+    elif what == "record 1":
+        write_record(folder, {"record": 1, "package": "accelerate-warmup-patch", "scheduler": {"step0": "fixed"}})
+    elif what == "NaN literal":  # not JSON: carried on, it would make the next record unwritable
+        text = json.dumps(record2(folder, observed([0.0], [0.0]))).replace('"lrs": [0.0]', '"lrs": [NaN]')
+        (folder / record_data.RECORD_FILE).write_text(text)
+    engine = _Engine(6)
+    witness.loaded(engine, str(folder / "mp_rank_00_model_states.pt"), {"ds_version": "0.15.2"})
+    carried = witness.carried(engine)
+    assert carried is not None and carried.step0["how"] == how, carried
+    assert carried.step0["deepspeed"] == "0.15.2" and carried.step0["global_steps"] == 6
+
+
+def test_a_fresh_unpatched_rerun_that_saved_fewer_tags_is_not_cleared_by_an_older_bound_record(tmp_path: Path) -> None:
+    # a patched run saved global_step3 and global_step9; an unpatched rerun from scratch saved global_step3 over
+    # it (its record is then not that save's) and crashed: latest names global_step3, global_step9 is still there
+    patched_run(tmp_path / "run", observed([0.0], [0.0]), tag="global_step9", global_steps=9)
+    kept = (tmp_path / "run" / "global_step9" / record_data.RECORD_FILE).read_text()
+    patched_run(tmp_path / "run", observed([0.0], [0.0]), tag="global_step3", global_steps=3)
+    record = (tmp_path / "run" / "global_step3" / record_data.RECORD_FILE).read_text()
+    files.write_run(tmp_path / "run", tag="global_step3", global_steps=3, lr=2e-3)  # the rerun's save
+    (tmp_path / "run" / "global_step3" / record_data.RECORD_FILE).write_text(record)
+    assert (tmp_path / "run" / "global_step9" / record_data.RECORD_FILE).read_text() == kept
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "unknown" and code == 0, report
+    assert "the files cannot tell which" in report["why"], report
+
+
+def test_a_patched_start_resumed_unpatched_on_a_fixed_release_keeps_its_proof(tmp_path: Path) -> None:
+    patched_run(tmp_path / "run", observed([0.0], [0.0]), tag="global_step3", global_steps=3)
+    (tmp_path / "run" / "latest").unlink()
+    files.write_run(tmp_path / "run", tag="global_step6", version="0.19.8")  # resumed unpatched on 0.19.8
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "not affected" and "observed by" in report["why"], report
+
+
+def test_an_observed_step0_without_the_patchs_reference_is_held_against_the_tables(tmp_path: Path) -> None:
+    patched_run(tmp_path / "left", observed([0.0], None, patch_did="left"))
+    patched_run(tmp_path / "hurt", observed([0.001], None, patch_did="left"))
+    code, reports = audit(tmp_path / "hurt", tmp_path / "left")
+    assert [(r["verdict"], r["newest_step0_lr"]) for r in reports] == [("affected", 0.0), ("not affected", 0.0)]
+    assert code == 1
