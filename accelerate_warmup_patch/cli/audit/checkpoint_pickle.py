@@ -74,15 +74,18 @@ def _why(error: BaseException) -> str:
     return strerror.lower() if isinstance(strerror, str) else str(error)
 
 
-def open_regular(path: str) -> IO[bytes]:
+def open_regular(path: str, known_regular: bool = False) -> IO[bytes]:
     """``path`` opened for reading if it is a regular file (after its symlinks); raises NotRegular or Unreadable.
 
     The stat before the open keeps a FIFO's writer and a device's driver out of it; O_NONBLOCK keeps a FIFO that
-    replaced the file in between from blocking the open, and the fstat after it refuses that FIFO."""
+    replaced the file in between from blocking the open, and the fstat after it refuses that FIFO. A caller whose
+    folder listing already said "a regular file, not a link" (``known_regular``) saves the stat: the listing is
+    that check, and the fstat still refuses anything that replaced the file since."""
     try:
-        mode = os.stat(path).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegular(f"not a regular file ({_kind(mode)}): not opened")
+        if not known_regular:
+            mode = os.stat(path).st_mode
+            if not stat.S_ISREG(mode):
+                raise NotRegular(f"not a regular file ({_kind(mode)}): not opened")
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as error:
         raise Unreadable(f"cannot read it: {_why(error)}") from None
@@ -96,9 +99,9 @@ def open_regular(path: str) -> IO[bytes]:
         raise
 
 
-def read_capped(path: str, cap: int) -> bytes:
+def read_capped(path: str, cap: int, known_regular: bool = False) -> bytes:
     """The bytes of the regular file ``path``; raises Unreadable when it holds more than ``cap``."""
-    with open_regular(path) as file:
+    with open_regular(path, known_regular) as file:
         try:
             data = file.read(cap + 1)
         except OSError as error:
@@ -466,18 +469,24 @@ def loads(data: bytes, start: int = 0) -> tuple[Any, int]:
         raise Unreadable(f"its pickle is damaged ({type(error).__name__}: {str(error)[:200]})") from None
 
 
-def load(path: str) -> Any:
+def load(path: str, known_regular: bool = False) -> Any:
     """The data of the torch checkpoint at ``path``; raises Unreadable (NotRegular for a FIFO, device, ...)."""
-    with open_regular(path) as file:
-        try:
-            head = file.read(4)
-            if head.startswith(b"PK"):
-                return _load_zip(file)
-            if head[:1] == b"\x80":
-                file.seek(0)
-                return _load_legacy(file)
-        except (OSError, EOFError) as error:
-            raise Unreadable(f"cannot read it: {_why(error)}") from None
+    with open_regular(path, known_regular) as file:
+        return load_file(file)
+
+
+def load_file(file: IO[bytes]) -> Any:
+    """The data of the torch checkpoint open as ``file`` (seekable), under the same bounds as ``load``; for a
+    store that opens its own files (an object store's ranged reads)."""
+    try:
+        head = file.read(4)
+        if head.startswith(b"PK"):
+            return _load_zip(file)
+        if head[:1] == b"\x80":
+            file.seek(0)
+            return _load_legacy(file)
+    except (OSError, EOFError) as error:
+        raise Unreadable(f"cannot read it: {_why(error)}") from None
     raise Unreadable("not a torch checkpoint (neither torch's zip nor its legacy format)")
 
 

@@ -44,12 +44,12 @@ def audit_run(run: Run, config_root: str | None = None) -> dict[str, Any]:
 
 
 def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dict[str, Any]:
-    newest = read_save(run.tag, config_root)
+    newest = read_save(run.tag, config_root, run.store)
     report["checkpoint"], report["deepspeed_version"] = str(newest.file), newest.version
     first = newest
     for tag in run.tags[:-1]:  # the earliest save that took an optimizer step (or does not say), else the newest
         try:
-            save = read_save(tag, config_root)
+            save = read_save(tag, config_root, run.store)
         except Unreadable as error:
             report["notes"].append(f"an earlier save, {tag}, cannot be read ({error}): not used")
             continue

@@ -7,12 +7,13 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import PurePath
 from typing import Any
 
 from . import checkpoint_pickle
 from .checkpoint_pickle import Unreadable
 from .find import model_states
+from .stores import LOCAL, Store
 from .verdicts import RECORD_FILE
 
 # the bounds of the small files the audit reads beside a checkpoint
@@ -25,8 +26,8 @@ class Save:
     """What one tag folder says: its model-states file's facts, its ds_config (or why it could not be read) and
     the patch's record, if any."""
 
-    tag: Path
-    file: Path
+    tag: PurePath
+    file: PurePath
     version: str
     config: dict[str, Any]
     config_problem: str | None
@@ -38,13 +39,13 @@ class Save:
     notes: list[str]
 
 
-def read_save(tag: Path, config_root: str | None = None) -> Save:
-    """The facts of one tag folder; raises Unreadable with the reason."""
-    file = model_states(tag)
+def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCAL) -> Save:
+    """The facts of one tag folder, read from ``store``; raises Unreadable with the reason."""
+    file = model_states(tag, store)
     if file is None:
         raise Unreadable(f"{tag}: no model-states file (or the folder cannot be listed)")
     try:
-        data = checkpoint_pickle.load(str(file))
+        data = store.load(file)
     except Unreadable as error:
         raise Unreadable(f"{file.name}: {error}") from None
     if not isinstance(data, dict) or not isinstance(data.get("ds_version"), str):
@@ -56,7 +57,7 @@ def read_save(tag: Path, config_root: str | None = None) -> Save:
     if isinstance(state, dict) and set(state) == {"last_batch_iteration"}:
         iteration = number(state["last_batch_iteration"])
     global_steps = number(data.get("global_steps"))
-    record = _record(tag, notes)
+    record = _record(tag, notes, store)
     if record is not None and None not in (record["global_steps"], global_steps) and \
             record["global_steps"] != global_steps:
         # The record is written after each save, with the engine's step count; the tag folder may be saved over
@@ -105,14 +106,14 @@ def _bounded_int(text: str) -> int | None:
     return int(text) if len(text) <= 30 else None  # int() of a long one is quadratic on Python 3.9
 
 
-def _record(tag: Path, notes: list[str]) -> dict[str, Any] | None:
+def _record(tag: PurePath, notes: list[str], store: Store) -> dict[str, Any] | None:
     """The record a patched run wrote beside this save (BRIEF's record 1), as plain data; None when there is none
     or it is malformed (then a note says why)."""
     path = tag / RECORD_FILE
-    if not os.path.lexists(path):
+    if not store.exists(path):
         return None
     try:
-        raw = json.loads(checkpoint_pickle.read_capped(str(path), RECORD_BYTES).decode("utf-8"),
+        raw = json.loads(store.read_capped(path, RECORD_BYTES).decode("utf-8"),
                          parse_int=_bounded_int)
         record = _valid_record(raw)
     except (Unreadable, ValueError, RecursionError, TypeError, KeyError) as error:

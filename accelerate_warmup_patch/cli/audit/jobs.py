@@ -1,0 +1,59 @@
+"""``--jobs N``: runs judged in N worker processes, their reports handed back in the order the runs were found.
+
+Processes, not threads: judging a run is Python work (the pickle's scan and load, the verdict), which threads of
+one interpreter do one at a time. Only this process writes, so lines are whole and never interleaved. At most a
+few runs per worker are in flight, so memory stays flat however many the walk finds. The workers ignore SIGINT (a
+terminal's Ctrl-C reaches the whole process group): this process decides to stop, and ends them.
+"""
+
+from __future__ import annotations
+
+import collections
+import multiprocessing
+import signal
+from collections.abc import Iterable, Iterator
+from multiprocessing.pool import AsyncResult
+from typing import Any
+
+from .find import Run
+
+_IN_FLIGHT_PER_WORKER = 4
+
+
+def _ignore_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # Pool.terminate ends a worker with it
+
+
+def _judge(run: Run, config_root: str | None) -> dict[str, Any]:
+    from .report import judge  # the worker's own import: report imports this module
+
+    return judge(run, config_root)
+
+
+def judged(found: Iterable[Run | Any], workers: int, config_root: str | None,
+           row_type: type[Any]) -> Iterator[dict[str, Any]]:
+    """The report of each item of ``found`` in order: a ``row_type`` item's own ``report``, a Run judged in a
+    worker. A fresh interpreter per worker (spawn): the parent's threads and signal handlers stay here."""
+    pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_ignore_interrupts)
+    pending: collections.deque[AsyncResult[dict[str, Any]] | dict[str, Any]] = collections.deque()
+    try:
+        for item in found:
+            pending.append(item.report if isinstance(item, row_type) else
+                           pool.apply_async(_judge, (item, config_root)))
+            while len(pending) > workers * _IN_FLIGHT_PER_WORKER or (pending and _ready(pending[0])):
+                yield _get(pending.popleft())
+        while pending:
+            yield _get(pending.popleft())
+        pool.close()
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def _ready(item: AsyncResult[dict[str, Any]] | dict[str, Any]) -> bool:
+    return isinstance(item, dict) or item.ready()
+
+
+def _get(item: AsyncResult[dict[str, Any]] | dict[str, Any]) -> dict[str, Any]:
+    return item if isinstance(item, dict) else item.get()
