@@ -4,7 +4,7 @@ at the end, and the exit code.
 A fleet is tens of thousands of runs, so nothing waits for the walk to end: each run is judged as soon as it is
 found and its lines are written (and flushed) at once. Nothing is kept of a run once written but what telling it
 apart from a later PATH's needs (and only when there are several PATHs). Ctrl-C and SIGTERM stop the work between
-two writes, close a JSON document, and print the partial summary.
+two runs (a second signal: at once, between two writes), close a JSON document, and print the partial summary.
 """
 
 from __future__ import annotations
@@ -243,18 +243,20 @@ def _record_line(record: dict[str, Any]) -> str:
 
 # Stopping between two writes ---------------------------------------------------------------------------------
 
-class Interrupted(BaseException):  # not an Exception: no "except Exception" of a reader may take it
+class Interrupted(BaseException):  # not an Exception: no reader's "except Exception" may take it
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
 
 class _Signals:
-    """SIGINT and SIGTERM raise Interrupted, except while a report is being written: then after it, so that
-    every line out is whole."""
+    """The first SIGINT or SIGTERM asks to stop: the run being judged is finished and written (every run is
+    bounded: seconds at most), then the audit stops. A second one stops at once (Interrupted, raised wherever the
+    work is), except while a report is being written: then right after it, so that every line out is whole."""
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self.forced = False
         self.writing = False
         self.previous: dict[int, Any] = {}
 
@@ -269,11 +271,18 @@ class _Signals:
             signal.signal(signum, handler)
 
     def _handle(self, signum: int, _frame: object) -> None:
-        self.received = signum
+        if self.received is None:
+            self.received = signum
+            return
+        self.forced = True
         if not self.writing:
-            raise Interrupted(signum)
+            raise Interrupted(self.received)
 
     def write(self, writer: _Writer, report: dict[str, Any]) -> None:
+        """Writes the report unless a second signal came while it was judged (it may be the product of a read
+        cut short); stops after it once a signal came."""
+        if self.forced:
+            raise Interrupted(self.received or signal.SIGINT)
         self.writing = True
         try:
             writer.write(report)
@@ -303,6 +312,7 @@ def main(paths: list[str], as_json: bool = False, config_root: str | None = None
                 tally.add(report)
                 signals.write(writer, report)
                 progress.judged()
+            stopped = signals.received  # one that came after the last run: the summary still says it
         except Interrupted as interrupted:
             stopped = interrupted.signum
         except KeyboardInterrupt:  # signals not ours to catch (not the main thread)
