@@ -22,11 +22,13 @@ the legacy one (four pickles in a row, then the raw storages, which are never re
 from __future__ import annotations
 
 import _compat_pickle
+import functools
 import io
 import math
 import os
 import pickle
 import pickletools
+import re
 import stat
 import zipfile
 from typing import IO, Any, Callable, cast
@@ -118,9 +120,10 @@ class _Global(type):
 
     pickled_module: str
     pickled_name: str
+    meaning: Callable[..., Any] | None  # what the reader reads the name as (_MEANINGS), looked up once
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        meaning = _MEANINGS.get((cls.pickled_module, cls.pickled_name))
+        meaning = cls.meaning
         if meaning is not None:
             try:
                 return meaning(*args, **kwargs)
@@ -136,6 +139,7 @@ class StandIn(metaclass=_Global):
     """What the pickle built from a name: the arguments it was called with, and what was set on it after."""
 
     pickled_module, pickled_name = "", "?"
+    meaning = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> StandIn:  # NEWOBJ calls this directly, bypassing __call__
         made = object.__new__(cls)
@@ -213,9 +217,14 @@ class Persistent(_Data):
 class Tensor(_Data):
     """A tensor's place in the data: its shape and storage dtype, no values."""
 
-    def __init__(self, kind: str | None, shape: tuple[int, ...]) -> None:
+    def __init__(self, kind: str | None, size: Any) -> None:
         self.kind = kind
-        self.shape = shape
+        self._size = size  # as pickled: its whole numbers are the shape, read when asked (most never are)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        size = self._size
+        return tuple(n for n in size if isinstance(n, int)) if isinstance(size, (tuple, list)) else ()
 
     def __repr__(self) -> str:
         return f"<tensor {self.kind or '?'} {list(self.shape)}>"
@@ -231,9 +240,7 @@ class OrderedData(dict):  # type: ignore[type-arg]
 
 
 def _tensor(storage: Any, offset: Any = 0, size: Any = (), *_: Any, **__: Any) -> Tensor:
-    kind = storage.kind if isinstance(storage, Storage) else None
-    shape = tuple(n for n in size if isinstance(n, int)) if isinstance(size, (tuple, list)) else ()
-    return Tensor(kind, shape)
+    return Tensor(storage.kind if isinstance(storage, Storage) else None, size)
 
 
 def _parameter(data: Any, *_: Any) -> Any:
@@ -333,10 +340,98 @@ def _table() -> list[tuple[Any, ...] | None]:
 _OPCODES = _table()
 
 
+# The skim: the scan's verdict for a small pickle at a fraction of its cost ------------------------------------
+#
+# Every opcode is at least a byte, and none pushes more than one item, so a pickle of N bytes has at most N
+# opcodes, builds at most N objects and never stacks more than N items: under the smallest of those three bounds,
+# its size alone keeps them. What is left to check is what a few bytes can ask for: a memo index (the C
+# unpickler allocates an array that long), a number written in digits, and the distinct globals. The skim
+# walks the opcodes with one regular expression that takes only opcodes that keep those bounds (a memo index
+# under _SKIM_MEMO, at most _SKIM_DIGITS digits), reading lengths and names itself; at anything else (a bound
+# passed, damage, an opcode it does not take) it gives up and the full scan decides, with its own words.
+_SKIM_MEMO = 0x3CFFFF  # LONG_BINPUT's index with its top byte 0 and the next at most 0x3C; PUT's with 6 digits
+_SKIM_DIGITS = 4300
+
+
+@functools.lru_cache(maxsize=1)  # compiled at the first skim (tens of ms), not at import
+def _skim_pattern() -> re.Pattern[bytes]:
+    plain, fixed, numbers, lines = [], {}, [], []
+    for code, entry in enumerate(_OPCODES):
+        if entry is None:
+            continue
+        name, kind, width = entry[0], entry[1], entry[2]
+        if name in ("STOP", "STACK_GLOBAL", "LONG_BINPUT", "PUT"):
+            continue  # the end, a global to count, memo indices to bound (below)
+        if kind == _PLAIN:
+            plain.append(code)
+        elif kind == _FIXED:
+            fixed.setdefault(width, []).append(code)
+        elif kind == _NUMBER:
+            numbers.append(code)
+        elif kind == _LINE:
+            lines.append(code)
+
+    def among(codes: list[int]) -> bytes:
+        return b"[" + b"".join(re.escape(bytes([c])) for c in codes) + b"]"
+
+    choices = [among(plain)] + [among(codes) + b".{%d}" % width for width, codes in sorted(fixed.items())]
+    # protocol 2 (torch's) writes every str as BINUNICODE with a 4-byte length; the short ones taken here
+    lengths = b"|".join(re.escape(bytes([n])) + b"\\x00\\x00\\x00" + b".{%d}" % n for n in range(256))
+    choices += [b"X(?:" + lengths + b")", rb"r..[\x00-\x3c]\x00", rb"p[0-9]{1,6}\n",
+                among(numbers) + rb"[^\n]{0,%d}\n" % (_SKIM_DIGITS + 1), among(lines) + rb"[^\n]*\n"]
+    return re.compile(b"(?:" + b"|".join(choices) + b")*", re.DOTALL)
+
+
+def _skim(data: bytes, start: int) -> int | None:
+    """Where the pickle at ``start`` ends, if the skim can tell that it keeps BOUNDS; None to leave it to scan."""
+    limits = BOUNDS
+    if len(data) - start > min(limits["opcodes"], limits["objects"], limits["stack"]) or \
+            limits["memo"] < _SKIM_MEMO or limits["digits"] < _SKIM_DIGITS:
+        return None
+    end, table, match = len(data), _OPCODES, _skim_pattern().match
+    names: set[bytes] = set()
+    stacked = 0
+    pos = start
+    while True:
+        pos = match(data, pos).end()  # type: ignore[union-attr]  # "(...)*" matches everywhere
+        if pos >= end:
+            return None
+        entry = table[data[pos]]
+        if entry is None:
+            return None
+        name, kind, width, signed = entry[0], entry[1], entry[2], entry[3]
+        pos += 1
+        if name == "STOP":
+            return pos
+        if kind == _COUNTED:
+            length = int.from_bytes(data[pos:pos + width], "little", signed=signed)
+            pos += width + length
+            if length < 0 or pos > end:
+                return None
+        elif kind == _PAIR:  # GLOBAL, INST: module and name, a line each
+            stop = data.find(b"\n", data.find(b"\n", pos) + 1)
+            if stop < 0 or pos > stop:
+                return None
+            names.add(data[pos:stop])
+            pos = stop + 1
+        elif name == "STACK_GLOBAL":
+            stacked += 1  # the names come from the stack: each counts as new, as in scan
+        else:
+            return None
+        if len(names) + stacked > limits["globals"]:
+            return None
+
+
 def scan(data: bytes, start: int = 0) -> int:
     """Check one pickle in ``data`` from ``start`` against BOUNDS without building anything; returns where it ends.
 
-    Raises Unreadable naming the bound it passes, or what is damaged. About a microsecond per opcode."""
+    Raises Unreadable naming the bound it passes, or what is damaged. A small pickle is skimmed (``_skim``);
+    the rest, and whatever the skim leaves, is walked opcode by opcode, about a microsecond each."""
+    skimmed = _skim(data, start)
+    return skimmed if skimmed is not None else _scan(data, start)
+
+
+def _scan(data: bytes, start: int) -> int:
     end = len(data)
     limits = BOUNDS
     max_opcodes, max_objects, max_stack = limits["opcodes"], limits["objects"], limits["stack"]
@@ -446,7 +541,7 @@ class _Reader(pickle.Unpickler):
         found = self._globals.get(key)
         if found is None:
             found = _Global("StandIn", (StandIn,), {"pickled_module": key[0], "pickled_name": key[1],
-                                                    "__module__": __name__})
+                                                    "meaning": _MEANINGS.get(key), "__module__": __name__})
             self._globals[key] = found
         return found
 
@@ -465,7 +560,8 @@ def loads(data: bytes, start: int = 0) -> tuple[Any, int]:
         return _Reader(io.BytesIO(data[start:stop] if start or stop != len(data) else data)).load(), stop
     except Unreadable:
         raise
-    except Exception as error:  # a malformed pickle: the unpickler's own message
+    except Exception as error:  # a malformed pickle: the full scan's words where it has some (a skimmed pickle's
+        _scan(data, start)  # stack is not simulated), else the unpickler's own message
         raise Unreadable(f"its pickle is damaged ({type(error).__name__}: {str(error)[:200]})") from None
 
 

@@ -9,13 +9,14 @@ terminal's Ctrl-C reaches the whole process group): this process decides to stop
 from __future__ import annotations
 
 import collections
-import multiprocessing
 import signal
 from collections.abc import Iterable, Iterator
-from multiprocessing.pool import AsyncResult
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .find import Run
+
+if TYPE_CHECKING:
+    from multiprocessing.pool import AsyncResult
 
 _IN_FLIGHT_PER_WORKER = 4
 
@@ -35,6 +36,8 @@ def judged(found: Iterable[Run | Any], workers: int, config_root: str | None,
            row_type: type[Any]) -> Iterator[dict[str, Any]]:
     """The report of each item of ``found`` in order: a ``row_type`` item's own ``report``, a Run judged in a
     worker. A fresh interpreter per worker (spawn): the parent's threads and signal handlers stay here."""
+    import multiprocessing  # here: an audit without --jobs does not pay for its import
+
     pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_ignore_interrupts)
     pending: collections.deque[AsyncResult[dict[str, Any]] | dict[str, Any]] = collections.deque()
     try:
