@@ -355,7 +355,10 @@ _SKIM_DIGITS = 4300
 
 @functools.lru_cache(maxsize=1)  # compiled at the first skim (tens of ms), not at import
 def _skim_pattern() -> re.Pattern[bytes]:
-    plain, fixed, numbers, lines = [], {}, [], []
+    plain: list[int] = []
+    numbers: list[int] = []
+    lines: list[int] = []
+    fixed: dict[int, list[int]] = {}
     for code, entry in enumerate(_OPCODES):
         if entry is None:
             continue
