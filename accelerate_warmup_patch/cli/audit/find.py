@@ -9,15 +9,14 @@ first run is out long before the last folder is listed, and nothing is kept of a
 from __future__ import annotations
 
 import fnmatch
-import os
 import re
-import stat
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePath
+from pathlib import PurePath
 
+from . import stores
 from .checkpoint_pickle import Unreadable
-from .stores import LOCAL, LocalStore, Store
+from .stores import LOCAL, Entry, Listing, Place, Store
 
 LATEST_BYTES = 4096  # the bound of a save folder's `latest`
 # the rank files an engine writes per tag: mp_rank_00_model_states.pt, zero_pp_rank_0_mp_rank_00_model_states.pt
@@ -28,7 +27,6 @@ _SAVE_ROUND = re.compile(r"^checkpoint[-_](\d+)$")
 # for two prepared models) is an engine of its own
 _STEP_TAG = re.compile(r"^global_step(\d+)$")
 STEP_ENGINE = "global_step*"  # the engine field of a run's global_step<N> tags, beside other engines
-Listing = dict[str, bool]  # a folder's names other than folders, each with whether it is a regular file (no link)
 
 
 class NoRun(Exception):
@@ -64,7 +62,7 @@ class Symlinked:
 
 
 def _reason(error: OSError) -> str:
-    return (error.strerror or str(error)).lower() if isinstance(error, OSError) else str(error)
+    return error.strerror.lower() if isinstance(error, OSError) and error.strerror else str(error)
 
 
 def model_states(tag: PurePath, store: Store = LOCAL) -> PurePath | None:
@@ -81,26 +79,28 @@ def _rank(name: str) -> tuple[int, ...]:
 
 
 def walk(path: str, exclude: Sequence[str] = ()) -> Iterator[Run | Unsearched | Symlinked]:
-    """Each run under ``path`` once, with its tags (a tag folder named is that tag alone), and each folder under
-    it that could not be listed or is a symlink, as the walk meets them. Raises NoRun, before yielding anything,
-    for a PATH that is missing, not a folder or unlistable, and after the walk for one that held nothing.
-    Folders matching an ``exclude`` glob (by name, or by path under ``path``) are not entered."""
-    root = Path(path)
+    """Each run under ``path`` (a folder, or an fsspec URL) once, with its tags (a tag folder named is that tag
+    alone), and each folder under it that could not be listed or is a symlink, as the walk meets them. Raises
+    NoRun, before yielding anything, for a PATH that is missing, not a folder or unlistable, and after the walk
+    for one that held nothing. Folders matching an ``exclude`` glob (by name, or by path under ``path``) are not
+    entered."""
+    where = stores.place(path)
+    root = where.root
     try:
-        mode = os.stat(root).st_mode
+        where.check_root()
+    except stores.NotAFolder:
+        raise NoRun(f"{path}: not a folder (give a checkpoint folder, a tag folder or a folder of runs)") from None
     except OSError as error:
         raise NoRun(f"{path}: {_reason(error)}") from None
-    if not stat.S_ISDIR(mode):
-        raise NoRun(f"{path}: not a folder (give a checkpoint folder, a tag folder or a folder of runs)")
     try:
-        entries = _list(root)
+        entries = where.entries(root)
     except OSError as error:
         raise NoRun(f"{path}: cannot list it: {_reason(error)}") from None
     files = _files(entries)
     if any(_MODEL_STATES.match(name) for name in files):
-        yield Run(root, (root,), store=LocalStore({str(root): files}))
+        yield Run(root, (root,), store=where.store({str(root): files}))
         return
-    walker = _Walk(root, tuple(exclude))
+    walker = _Walk(where, tuple(exclude))
     yielded = False
     for item in walker.folder(root, entries):
         yielded = True
@@ -109,13 +109,8 @@ def walk(path: str, exclude: Sequence[str] = ()) -> Iterator[Run | Unsearched | 
         raise NoRun(f"{path}: no DeepSpeed checkpoint in it (no *model_states.pt in any folder)")
 
 
-def _list(folder: Path) -> list[os.DirEntry[str]]:
-    with os.scandir(folder) as entries:
-        return sorted(entries, key=lambda entry: entry.name)
-
-
-def _files(entries: list[os.DirEntry[str]]) -> Listing:
-    return {e.name: e.is_file(follow_symlinks=False) for e in entries if not e.is_dir(follow_symlinks=False)}
+def _files(entries: list[Entry]) -> Listing:
+    return {entry.name: entry for entry in entries if entry.kind not in (stores.FOLDER, stores.LINKED_FOLDER)}
 
 
 @dataclass
@@ -123,35 +118,34 @@ class _Save:
     """A save folder's tags (earliest first) with their listings, and what reading its ``latest`` met."""
 
     round: int
-    tags: list[tuple[Path, Listing]]
+    tags: list[tuple[PurePath, Listing]]
     notes: list[str]
 
 
 class _Walk:
-    def __init__(self, root: Path, exclude: tuple[str, ...]) -> None:
-        self.root, self.exclude = root, exclude
+    def __init__(self, where: Place, exclude: tuple[str, ...]) -> None:
+        self.where, self.root, self.exclude = where, where.root, exclude
 
-    def _excluded(self, folder: Path) -> bool:
-        relative = str(folder)[len(str(self.root)):].lstrip(os.sep)
+    def _excluded(self, folder: PurePath) -> bool:
+        relative = str(folder)[len(str(self.root)):].lstrip("/")
         return any(fnmatch.fnmatchcase(folder.name, glob) or fnmatch.fnmatchcase(relative, glob)
                    for glob in self.exclude)
 
-    def folder(self, folder: Path, entries: list[os.DirEntry[str]]) -> Generator[
+    def folder(self, folder: PurePath, entries: list[Entry]) -> Generator[
             Run | Unsearched | Symlinked, None, _Save | None]:
         """Walks ``folder`` (listed as ``entries``): yields the runs under it; returns its own save when it is
         a ``checkpoint-N`` save of a run above it, which the parent reports with its other saves."""
-        tags: list[tuple[Path, Listing]] = []
+        tags: list[tuple[PurePath, Listing]] = []
         rounds: list[_Save] = []
         for entry in entries:
             child = folder / entry.name
-            if entry.is_symlink():
-                if entry.is_dir():  # follows the link: a loop or a dangling link is no folder
-                    yield Symlinked(child)
+            if entry.kind == stores.LINKED_FOLDER:
+                yield Symlinked(child)
                 continue
-            if not entry.is_dir(follow_symlinks=False) or self._excluded(child):
+            if entry.kind != stores.FOLDER or self._excluded(child):
                 continue
             try:
-                listing = _list(child)
+                listing = self.where.entries(child)
             except OSError as error:
                 yield Unsearched(child, f"cannot list it: {_reason(error)} (a run in it, if any, was not audited)")
                 continue
@@ -162,21 +156,21 @@ class _Walk:
             save = yield from self.folder(child, listing)
             if save is not None:
                 rounds.append(save)
-        own = _in_order(folder, tags, entries) if tags else None
+        own = _in_order(self.where, folder, tags, entries) if tags else None
         round_ = _SAVE_ROUND.match(folder.name)
         handed = None
         if own is not None and round_ and folder != self.root:  # the Trainer's checkpoint-N: the run is above
             handed, own = _Save(int(round_.group(1)), own.tags, own.notes), None
         saves = ([own] if own is not None else []) + sorted(rounds, key=lambda save: save.round)
         if saves:
-            yield from _runs(folder, saves)
+            yield from _runs(self.where, folder, saves)
         return handed
 
 
-def _runs(folder: Path, saves: list[_Save]) -> Iterator[Run]:
+def _runs(where: Place, folder: PurePath, saves: list[_Save]) -> Iterator[Run]:
     """The run in ``folder``, one per engine: DeepSpeed's global_step<N> tags are one engine's saves over time,
     any other tag name (accelerate's pytorch_model, pytorch_model_1) an engine of its own, judged on its own."""
-    engines: dict[str | None, list[tuple[Path, Listing]]] = {}
+    engines: dict[str | None, list[tuple[PurePath, Listing]]] = {}
     for save in saves:
         for tag, listing in save.tags:
             engines.setdefault(None if _STEP_TAG.match(tag.name) else tag.name, []).append((tag, listing))
@@ -184,12 +178,12 @@ def _runs(folder: Path, saves: list[_Save]) -> Iterator[Run]:
     several = len(engines) > 1
     for engine in sorted(engines, key=lambda name: (name is not None, name or "")):
         its = engines[engine]
-        store = LocalStore({str(tag): listing for tag, listing in its})
+        store = where.store({str(tag): listing for tag, listing in its})
         yield Run(folder, tuple(tag for tag, _ in its), notes,
                   (engine or STEP_ENGINE) if several else None, store)
 
 
-def _in_order(save: Path, tags: list[tuple[Path, Listing]], entries: list[os.DirEntry[str]]) -> _Save:
+def _in_order(where: Place, save: PurePath, tags: list[tuple[PurePath, Listing]], entries: list[Entry]) -> _Save:
     """A save folder's tags, earliest first; the newest is the one ``latest`` names (what DeepSpeed resumes from),
     else the highest step number."""
     ordered = sorted(tags, key=lambda tag: _order(tag[0]))
@@ -197,7 +191,7 @@ def _in_order(save: Path, tags: list[tuple[Path, Listing]], entries: list[os.Dir
     latest = next((entry for entry in entries if entry.name == "latest"), None)
     if latest is None:
         return _Save(0, ordered, notes)
-    store = LocalStore({str(save): {"latest": latest.is_file(follow_symlinks=False)}})
+    store = where.store({str(save): {"latest": latest}})
     try:
         named = store.read_capped(save / "latest", LATEST_BYTES).decode("utf-8").strip()
     except (Unreadable, UnicodeDecodeError) as error:

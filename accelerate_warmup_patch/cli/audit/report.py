@@ -22,7 +22,7 @@ from pathlib import PurePath
 from typing import Any, TextIO
 
 from ... import releases
-from . import checkpoint_pickle, jobs, summary
+from . import checkpoint_pickle, jobs, stores, summary
 from .checkpoint_pickle import Unreadable
 from .find import NoRun, Run, Symlinked, Unsearched, walk
 from .judge import audit_run, blank_report, lr_text, lrs_text, unreadable_report
@@ -70,8 +70,9 @@ def _say_error(line: str) -> None:
 
 
 def _one_path(path: str, options: Options, tally: Summary, seen: dict[str, str] | None) -> Iterator[Run | _Row]:
-    real_root = os.path.realpath(path) if seen is not None else ""
-    prefix = str(PurePath(path))
+    root = stores.place(path).root
+    prefix = str(root)
+    real_root = "" if seen is None else prefix if isinstance(root, stores.UrlPath) else os.path.realpath(path)
     again: list[str] = []
     new = 0
     for item in walk(path, options.exclude):
