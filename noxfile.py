@@ -136,7 +136,8 @@ def tests(session: nox.Session, deepspeed: str) -> None:
     """The suite on real CPU engines with one DeepSpeed release."""
     _install_stack(session, deepspeed)
     _own_ports(session, "tests", tiers.TEST_DEEPSPEED.index(deepspeed))
-    session.install("pytest", "matplotlib")
+    # fsspec, s3fs and moto's server: tests/test_audit_store.py audits a bucket of a local S3 server
+    session.install("pytest", "matplotlib", "fsspec", "s3fs", "moto[server]")
     # the machinery's modules run on the buggy release alone (tiers.ONE_RELEASE_TESTS says why, per module);
     # files named after `--` run as named
     once = [] if session.posargs or deepspeed == tiers.TEST_DEEPSPEED[0] else \

@@ -125,11 +125,26 @@ class _Save:
 class _Walk:
     def __init__(self, where: Place, exclude: tuple[str, ...]) -> None:
         self.where, self.root, self.exclude = where, where.root, exclude
+        self.listed: dict[str, list[Entry]] = {}  # folders a recursive listing already gave, until walked
+
+    def _entries(self, folder: PurePath) -> list[Entry]:
+        listed = self.listed.pop(str(folder), None)
+        return listed if listed is not None else self.where.entries(folder)
 
     def _excluded(self, folder: PurePath) -> bool:
         relative = str(folder)[len(str(self.root)):].lstrip("/")
         return any(fnmatch.fnmatchcase(folder.name, glob) or fnmatch.fnmatchcase(relative, glob)
                    for glob in self.exclude)
+
+    def _list_below(self, folder: PurePath) -> None:
+        """The saves of a Trainer output in one listing, where the place has one; if it fails, each folder is
+        listed on its own and says what it met."""
+        try:
+            below = self.where.tree(folder) or {}
+        except OSError:
+            return
+        below.pop(str(folder), None)  # listed already
+        self.listed.update(below)
 
     def folder(self, folder: PurePath, entries: list[Entry]) -> Generator[
             Run | Unsearched | Symlinked, None, _Save | None]:
@@ -137,6 +152,9 @@ class _Walk:
         a ``checkpoint-N`` save of a run above it, which the parent reports with its other saves."""
         tags: list[tuple[PurePath, Listing]] = []
         rounds: list[_Save] = []
+        if str(folder) not in self.listed and any(e.kind == stores.FOLDER and _SAVE_ROUND.match(e.name)
+                                                  for e in entries):
+            self._list_below(folder)
         for entry in entries:
             child = folder / entry.name
             if entry.kind == stores.LINKED_FOLDER:
@@ -145,7 +163,7 @@ class _Walk:
             if entry.kind != stores.FOLDER or self._excluded(child):
                 continue
             try:
-                listing = self.where.entries(child)
+                listing = self._entries(child)
             except OSError as error:
                 yield Unsearched(child, f"cannot list it: {_reason(error)} (a run in it, if any, was not audited)")
                 continue
@@ -189,7 +207,7 @@ def _in_order(where: Place, save: PurePath, tags: list[tuple[PurePath, Listing]]
     ordered = sorted(tags, key=lambda tag: _order(tag[0]))
     notes: list[str] = []
     latest = next((entry for entry in entries if entry.name == "latest"), None)
-    if latest is None:
+    if latest is None or (len(tags) == 1 and not where.reads_every_latest):
         return _Save(0, ordered, notes)
     store = where.store({str(save): {"latest": latest}})
     try:

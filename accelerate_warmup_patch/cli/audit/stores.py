@@ -68,6 +68,12 @@ class Place(Protocol):
     def store(self, listed: Mapping[str, Listing]) -> Store:
         """A run's store, with what the walk listed of its tag folders (by the folder's path)."""
 
+    def tree(self, folder: PurePath) -> dict[str, list[Entry]] | None:
+        """Every folder under ``folder`` with its entries, from one recursive listing where the place has one
+        that costs less than a listing per folder (an object store's); else None."""
+
+    reads_every_latest: bool  # False: `latest` is read only where a save folder holds several tags
+
 
 class NotAFolder(Exception):
     pass
@@ -108,6 +114,11 @@ class LocalPlace:
 
     def store(self, listed: Mapping[str, Listing]) -> Store:
         return LocalStore(listed)
+
+    def tree(self, folder: PurePath) -> dict[str, list[Entry]] | None:
+        return None  # a listing per folder is what a file system has
+
+    reads_every_latest = True  # a call is cheap here, and a `latest` that is no regular file is worth its note
 
 
 class LocalStore:
@@ -182,7 +193,7 @@ class FsspecPlace:
     def __init__(self, url: str) -> None:
         self.root: PurePath
         try:
-            import fsspec  # type: ignore[import-not-found,unused-ignore]
+            import fsspec
         except ImportError:
             self.fs: Any = None
             self.root = url_path(url.partition("://")[0], url.partition("://")[2].rstrip("/"))
@@ -230,6 +241,30 @@ class FsspecPlace:
 
     def store(self, listed: Mapping[str, Listing]) -> Store:
         return FsspecStore(self.fs, listed)
+
+    def tree(self, folder: PurePath) -> dict[str, list[Entry]] | None:
+        """One recursive listing (no delimiter: a request per 1,000 keys): for a Trainer output, whose saves would
+        otherwise cost two listings each."""
+        try:
+            found = self.fs.find(self._path(folder), detail=True)
+        except Exception as error:
+            raise OSError(_why(error)) from None
+        base = self._path(folder)
+        folders: dict[str, dict[str, Entry]] = {str(folder): {}}
+        for name, info in found.items():
+            parts = str(name)[len(base):].strip("/").split("/")
+            if not parts[-1]:
+                continue
+            at = folder
+            for part in parts[:-1]:
+                folders.setdefault(str(at), {})[part] = Entry(part, FOLDER)
+                at = at / part
+                folders.setdefault(str(at), {})
+            size = info.get("size") if isinstance(info, dict) else None
+            folders.setdefault(str(at), {})[parts[-1]] = Entry(parts[-1], FILE, size if isinstance(size, int) else None)
+        return {key: sorted(entries.values(), key=lambda entry: entry.name) for key, entries in folders.items()}
+
+    reads_every_latest = False  # a request each: read where it decides which tag is the newest
 
 
 class FsspecStore:

@@ -99,7 +99,7 @@ class Progress:
         if not sys.stderr.isatty() or sys.stdout.isatty():  # on a terminal, the reports are the progress
             return
         try:
-            from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
+            from tqdm import tqdm
         except ImportError:
             return
         self._bar = tqdm(desc="judged", unit=" runs", file=sys.stderr, leave=False, dynamic_ncols=True)
