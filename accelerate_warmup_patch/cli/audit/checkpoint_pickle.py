@@ -76,8 +76,9 @@ def _why(error: BaseException) -> str:
     return strerror.lower() if isinstance(strerror, str) else str(error)
 
 
-def open_regular(path: str, known_regular: bool = False) -> IO[bytes]:
-    """``path`` opened for reading if it is a regular file (after its symlinks); raises NotRegular or Unreadable.
+def _open_fd(path: str, known_regular: bool) -> tuple[int, os.stat_result]:
+    """A descriptor of ``path`` and its fstat, if it is a regular file (after its symlinks); raises NotRegular or
+    Unreadable.
 
     The stat before the open keeps a FIFO's writer and a device's driver out of it; O_NONBLOCK keeps a FIFO that
     replaced the file in between from blocking the open, and the fstat after it refuses that FIFO. A caller whose
@@ -92,10 +93,21 @@ def open_regular(path: str, known_regular: bool = False) -> IO[bytes]:
     except OSError as error:
         raise Unreadable(f"cannot read it: {_why(error)}") from None
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegular(f"not a regular file ({_kind(mode)}): not read")
-        return os.fdopen(fd, "rb")
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise NotRegular(f"not a regular file ({_kind(status.st_mode)}): not read")
+        return fd, status
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_regular(path: str, known_regular: bool = False) -> IO[bytes]:
+    """``path`` opened for reading if it is a regular file (after its symlinks); raises NotRegular or Unreadable
+    (see ``_open_fd``)."""
+    fd, _ = _open_fd(path, known_regular)
+    try:
+        return os.fdopen(fd, "rb", buffering=_CHUNK)  # a buffer size given: no isatty() call
     except BaseException:
         os.close(fd)
         raise
@@ -103,14 +115,79 @@ def open_regular(path: str, known_regular: bool = False) -> IO[bytes]:
 
 def read_capped(path: str, cap: int, known_regular: bool = False) -> bytes:
     """The bytes of the regular file ``path``; raises Unreadable when it holds more than ``cap``."""
-    with open_regular(path, known_regular) as file:
-        try:
-            data = file.read(cap + 1)
-        except OSError as error:
-            raise Unreadable(f"cannot read it: {_why(error)}") from None
+    fd, status = _open_fd(path, known_regular)
+    data = b""
+    try:
+        while len(data) <= cap:
+            chunk = os.read(fd, cap + 1 - len(data))
+            data += chunk
+            # a short read of a regular file that its size says is whole: nothing more to ask (a size of 0, as
+            # /proc's files show, says nothing)
+            if not chunk or 0 < status.st_size <= len(data):
+                break
+    except OSError as error:
+        raise Unreadable(f"cannot read it: {_why(error)}") from None
+    finally:
+        os.close(fd)
     if len(data) > cap:
         raise Unreadable(f"holds more than {cap} bytes (the bound for this file): not read")
     return data
+
+
+class RangedFile(io.RawIOBase):
+    """A file read by ranges, as a seekable file: its last TAIL bytes in one read (a zip's end records and central
+    directory), anything else WINDOW bytes at a time (the local header and data.pkl); a file up to WHOLE bytes in
+    one. For an object store each read is a request, and locally a ``pread``: zipfile's many seeks and small reads
+    then cost nothing, and the bytes read are the same few tens of KiB of a file of any size."""
+
+    TAIL = 64 * 1024 + 1024
+    WINDOW = 64 * 1024
+    WHOLE = 256 * 1024
+
+    def __init__(self, read_range: Callable[[int, int], bytes], size: int) -> None:
+        super().__init__()
+        self.read_range, self.size = read_range, size
+        self.pos = 0
+        self.chunks: list[tuple[int, bytes]] = []  # (offset, bytes) read: the last three
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        if base + offset < 0:
+            raise OSError("negative seek position")
+        self.pos = base + offset
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        want = min(len(buffer), self.size - self.pos)
+        if want <= 0:
+            return 0
+        data = self._cached(self.pos, want)
+        if data is None:
+            if self.size <= self.WHOLE:
+                start, end = 0, self.size
+            else:
+                start = self.size - self.TAIL if self.pos >= self.size - self.TAIL else self.pos
+                end = min(self.size, max(self.pos + want, start + self.WINDOW))
+            self.chunks = [(start, self.read_range(start, end)), *self.chunks[:2]]
+            data = self._cached(self.pos, want) or b""
+        buffer[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+    def _cached(self, pos: int, want: int) -> bytes | None:
+        for offset, chunk in self.chunks:
+            if offset <= pos and pos + want <= offset + len(chunk):
+                return chunk[pos - offset:pos - offset + want]
+        return None
 
 
 # The stand-ins ----------------------------------------------------------------------------------------------
@@ -570,8 +647,20 @@ def loads(data: bytes, start: int = 0) -> tuple[Any, int]:
 
 def load(path: str, known_regular: bool = False) -> Any:
     """The data of the torch checkpoint at ``path``; raises Unreadable (NotRegular for a FIFO, device, ...)."""
-    with open_regular(path, known_regular) as file:
-        return load_file(file)
+    fd, status = _open_fd(path, known_regular)
+    try:
+        with RangedFile(lambda start, end: _pread(fd, start, end), status.st_size) as file:
+            return load_file(file)  # type: ignore[arg-type]
+    finally:
+        os.close(fd)
+
+
+def _pread(fd: int, start: int, end: int) -> bytes:
+    """The bytes from ``start`` to ``end`` (fewer at the end of the file), in one call where the system has one."""
+    if hasattr(os, "pread"):
+        return os.pread(fd, end - start, start)
+    os.lseek(fd, start, os.SEEK_SET)
+    return os.read(fd, end - start)
 
 
 def load_file(file: IO[bytes]) -> Any:

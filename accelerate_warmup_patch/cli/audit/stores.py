@@ -11,7 +11,6 @@ record is there: on a network file system or an object store every call is a rou
 
 from __future__ import annotations
 
-import io
 import os
 import stat
 from collections.abc import Mapping
@@ -329,59 +328,6 @@ class FsspecStore:
         return data
 
     def load(self, path: PurePath) -> Any:
-        with _RangedFile(self, path, self.size(path)) as file:
+        size = self.size(path)
+        with checkpoint_pickle.RangedFile(lambda start, end: self.read_range(path, start, end), size) as file:
             return checkpoint_pickle.load_file(file)  # type: ignore[arg-type]
-
-
-class _RangedFile(io.RawIOBase):
-    """A store's file as a seekable file that reads by ranges: its last TAIL bytes in one request (the zip's end
-    records and central directory), anything else WINDOW bytes at a time (the local header and data.pkl); a small
-    file whole, in one."""
-
-    TAIL = 64 * 1024 + 1024
-    WINDOW = 64 * 1024
-    WHOLE = 256 * 1024  # a file this small is read in one request: two would cost more than the bytes
-
-    def __init__(self, store: FsspecStore, path: PurePath, size: int) -> None:
-        super().__init__()
-        self.store, self.path, self.size = store, path, size
-        self.pos = 0
-        self.chunks: list[tuple[int, bytes]] = []  # (offset, bytes) already read: at most a few
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
-        if base + offset < 0:
-            raise OSError("negative seek position")
-        self.pos = base + offset
-        return self.pos
-
-    def readinto(self, buffer: Any) -> int:
-        want = min(len(buffer), self.size - self.pos)
-        if want <= 0:
-            return 0
-        data = self._cached(self.pos, want)
-        if data is None:
-            start = self.pos
-            if self.size <= self.WHOLE or start >= self.size - self.TAIL:
-                start = 0 if self.size <= self.WHOLE else self.size - self.TAIL
-            end = self.size if self.size <= self.WHOLE else min(self.size, max(self.pos + want, start + self.WINDOW))
-            self.chunks = [(start, self.store.read_range(self.path, start, end)), *self.chunks[:2]]
-            data = self._cached(self.pos, want) or b""
-        buffer[:len(data)] = data
-        self.pos += len(data)
-        return len(data)
-
-    def _cached(self, pos: int, want: int) -> bytes | None:
-        for offset, chunk in self.chunks:
-            if offset <= pos and pos + want <= offset + len(chunk):
-                return chunk[pos - offset:pos - offset + want]
-        return None
