@@ -30,7 +30,9 @@ import pickle
 import pickletools
 import re
 import stat
+import struct
 import zipfile
+import zlib
 from typing import IO, Any, Callable, cast
 
 # torch.serialization.MAGIC_NUMBER: the first pickle of a legacy-format file
@@ -48,6 +50,7 @@ BOUNDS = {
     "digits": 4_300,  # a number written in text (int() of a long one is quadratic on Python 3.9)
     "depth": 64,  # nesting of a value the audit uses (plain)
     "values": 100_000,  # values in one value the audit uses (plain)
+    "directory_bytes": 64 * MIB,  # a zip's central directory (~100 bytes a member: room for 600,000 tensors)
 }
 _CHUNK = MIB
 _MARK = pickletools.markobject
@@ -679,42 +682,159 @@ def load_file(file: IO[bytes]) -> Any:
 
 
 def _load_zip(file: IO[bytes]) -> Any:
-    cap = BOUNDS["pickle_bytes"]
     try:
-        with zipfile.ZipFile(file) as archive:
-            infos = [i for i in archive.infolist() if i.filename.endswith("/data.pkl") and i.filename.count("/") == 1]
-            if not infos:
-                raise Unreadable("a zip archive without torch's <name>/data.pkl")
-            if len(infos) > 1:  # torch writes one: which of them a loader reads is not ours to guess
-                raise Unreadable(f"a zip archive with {len(infos)} <name>/data.pkl members (torch writes one)")
-            info = infos[0]
-            if info.flag_bits & 0x1:
-                raise Unreadable("its data.pkl is encrypted (torch never encrypts): not read")
-            if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-                raise Unreadable(f"its data.pkl is compressed with method {info.compress_type} (torch stores it "
-                                 "plain): not read")
-            if info.file_size > cap:
-                raise Unreadable(f"its data.pkl declares {info.file_size} bytes, past {cap} (a bound of the "
-                                 "audit): not read")
-            chunks: list[bytes] = []
-            total = 0
-            with archive.open(info) as stream:
-                while True:
-                    chunk = stream.read(_CHUNK)
-                    if not chunk:
-                        break
-                    total += len(chunk)
-                    if total > cap:
-                        raise Unreadable(f"its data.pkl holds more than {cap} bytes (a bound of the audit; it "
-                                         f"declared {info.file_size}): not read")
-                    chunks.append(chunk)
+        data = _data_pkl(file)
     except Unreadable:
         raise
     except Exception as error:  # BadZipFile, a broken local header, a CRC error, zlib's errors
         raise Unreadable(f"a damaged zip archive ({type(error).__name__}: {str(error)[:200]})") from None
-    data = b"".join(chunks)
-    del chunks
     return loads(data)[0]
+
+
+# torch's zip archive, as zipfile reads it, for its one member the audit needs ---------------------------------
+#
+# zipfile builds an object for every member of the central directory (one per tensor: thousands in a big model);
+# the audit needs one, so the directory is walked with struct alone and only <name>/data.pkl is looked at. The
+# checks are zipfile's own (its record layouts, its zip64 rules, its local header checks, the CRC-32), with the
+# errors it raises; other members are not looked at (neither their extra fields nor their zip versions).
+_END = struct.Struct("<4s4H2LH")  # end of central directory: 22 bytes
+_END64_LOCATOR = struct.Struct("<4sLQL")  # 20 bytes
+_END64 = struct.Struct("<4sQ2H2L4Q")  # 56 bytes
+_DIRECTORY_ENTRY = struct.Struct("<4s4B4HL2L5H2L")  # 46 bytes
+_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # 30 bytes
+_MEMBER = b"/data.pkl"
+
+
+def _bad(why: str) -> zipfile.BadZipFile:
+    return zipfile.BadZipFile(why)
+
+
+def _read_at(file: IO[bytes], offset: int, size: int) -> bytes:
+    if offset < 0:
+        raise _bad("an offset before the start of the file")
+    file.seek(offset)
+    return file.read(size)
+
+
+def _directory(file: IO[bytes]) -> tuple[bytes, int]:
+    """The central directory's bytes and what to add to its offsets (bytes before the archive), as zipfile's
+    _EndRecData and _EndRecData64 find them."""
+    size = file.seek(0, io.SEEK_END)
+    end = _read_at(file, size - _END.size, _END.size) if size >= _END.size else b""
+    if len(end) == _END.size and end[:4] == b"PK\x05\x06" and end[-2:] == b"\x00\x00":
+        at = size - _END.size
+    else:  # a comment after the record: search the last 64 KiB for it
+        start = max(size - (1 << 16) - _END.size, 0)
+        tail = _read_at(file, start, size - start)
+        found = tail.rfind(b"PK\x05\x06")
+        if found < 0 or len(tail) - found < _END.size:
+            raise _bad("File is not a zip file")
+        end, at = tail[found:found + _END.size], start + found
+    directory_size, directory_offset = _END.unpack(end)[5:7]
+    location = at
+    locator = _read_at(file, at - _END64_LOCATOR.size, _END64_LOCATOR.size) if at >= _END64_LOCATOR.size else b""
+    if len(locator) == _END64_LOCATOR.size and locator[:4] == b"PK\x06\x07":
+        _, disk64, _, disks = _END64_LOCATOR.unpack(locator)
+        if disk64 != 0 or disks > 1:
+            raise _bad("zipfiles that span multiple disks are not supported")
+        record = _read_at(file, at - _END64_LOCATOR.size - _END64.size, _END64.size)
+        if len(record) == _END64.size and record[:4] == b"PK\x06\x06":
+            fields = _END64.unpack(record)
+            directory_size, directory_offset = fields[8], fields[9]
+            location = at - _END64_LOCATOR.size - _END64.size
+    extra = location - directory_size - directory_offset
+    if directory_offset + extra < 0:
+        raise _bad("Bad offset for central directory")
+    if directory_size > BOUNDS["directory_bytes"]:
+        raise Unreadable(f"its zip directory takes {directory_size} bytes, past {BOUNDS['directory_bytes']} (a bound "
+                         "of the audit): not read")
+    directory = _read_at(file, directory_offset + extra, directory_size)
+    if len(directory) != directory_size:
+        raise _bad("Truncated central directory")
+    return directory, extra
+
+
+def _data_pkl(file: IO[bytes]) -> bytes:
+    """The bytes of the archive's one <name>/data.pkl, checked as zipfile checks a member it reads."""
+    directory, extra = _directory(file)
+    found: list[tuple[Any, ...]] = []
+    at = 0
+    while at < len(directory):
+        if at + _DIRECTORY_ENTRY.size > len(directory):
+            raise _bad("Truncated central directory")
+        entry = _DIRECTORY_ENTRY.unpack_from(directory, at)
+        if entry[0] != b"PK\x01\x02":
+            raise _bad("Bad magic number for central directory")
+        name_size, extra_size, comment_size = entry[12], entry[13], entry[14]
+        name_at = at + _DIRECTORY_ENTRY.size
+        name = directory[name_at:name_at + name_size].split(b"\x00", 1)[0]  # zipfile ends a name at a NUL
+        if name.endswith(_MEMBER) and name.count(b"/") == 1:
+            found.append((*entry, name, directory[name_at + name_size:name_at + name_size + extra_size]))
+        at = name_at + name_size + extra_size + comment_size
+    if not found:
+        raise Unreadable("a zip archive without torch's <name>/data.pkl")
+    if len(found) > 1:  # torch writes one: which of them a loader reads is not ours to guess
+        raise Unreadable(f"a zip archive with {len(found)} <name>/data.pkl members (torch writes one)")
+    return _member(file, found[0], extra)
+
+
+def _zip64(fields: list[int], extra: bytes) -> list[int]:
+    """The sizes and offset (file_size, compress_size, header_offset) that a zip64 extra field holds instead."""
+    at = 0
+    while at + 4 <= len(extra):
+        kind, size = struct.unpack_from("<HH", extra, at)
+        if at + 4 + size > len(extra):
+            raise _bad(f"Corrupt extra field {kind:04x} (size={size})")
+        if kind == 0x0001:
+            values = extra[at + 4:at + 4 + size]
+            for index in range(3):
+                if fields[index] in (0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF):
+                    if len(values) < 8:
+                        what = ("File size", "Compress size", "Header offset")[index]
+                        raise _bad(f"Corrupt zip64 extra field. {what} not found.")
+                    fields[index] = struct.unpack("<Q", values[:8])[0]
+                    values = values[8:]
+        at += 4 + size
+    return fields
+
+
+def _member(file: IO[bytes], entry: tuple[Any, ...], extra: int) -> bytes:
+    cap = BOUNDS["pickle_bytes"]
+    flags, method, crc, name, extra_field = entry[5], entry[6], entry[9], entry[-2], entry[-1]
+    file_size, compress_size, offset = _zip64([entry[11], entry[10], entry[-3]], extra_field)
+    if entry[3] > zipfile.MAX_EXTRACT_VERSION:
+        raise NotImplementedError(f"zip file version {entry[3] / 10:.1f}")
+    if flags & 0x1:
+        raise Unreadable("its data.pkl is encrypted (torch never encrypts): not read")
+    if method not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise Unreadable(f"its data.pkl is compressed with method {method} (torch stores it plain): not read")
+    if file_size > cap:
+        raise Unreadable(f"its data.pkl declares {file_size} bytes, past {cap} (a bound of the audit): not read")
+    header = _read_at(file, offset + extra, _LOCAL_HEADER.size)
+    if len(header) != _LOCAL_HEADER.size:
+        raise _bad("Truncated file header")
+    local = _LOCAL_HEADER.unpack(header)
+    if local[0] != b"PK\x03\x04":
+        raise _bad("Bad magic number for file header")
+    local_name = file.read(local[10])
+    if flags & 0x20:
+        raise NotImplementedError("compressed patched data (flag bit 5)")
+    if flags & 0x40:
+        raise NotImplementedError("strong encryption (flag bit 6)")
+    if local_name.split(b"\x00", 1)[0] != name:
+        raise _bad(f"File name in directory {name!r} and header {local_name!r} differ.")
+    start = offset + extra + _LOCAL_HEADER.size + local[10] + local[11]
+    if method == zipfile.ZIP_STORED:
+        data = _read_at(file, start, min(compress_size, file_size))
+    else:
+        if compress_size > cap + cap // 8 + _CHUNK:  # more than deflate ever needs for what it declares
+            raise Unreadable(f"its data.pkl declares {compress_size} compressed bytes for {file_size} (a bound of "
+                             "the audit): not read")
+        inflate = zlib.decompressobj(-15)
+        data = inflate.decompress(_read_at(file, start, compress_size), file_size)
+    if zlib.crc32(data) != crc:  # what zipfile checks at the member's end (a size that claims more is not checked)
+        raise _bad(f"Bad CRC-32 for file {name.decode('cp437')!r}")
+    return data
 
 
 def _load_legacy(file: IO[bytes]) -> Any:
