@@ -611,6 +611,22 @@ def _memo_index(name: str, value: bytes) -> int:
 
 # The load ---------------------------------------------------------------------------------------------------
 
+# Stand-in classes are shared by the files of one process: a class costs microseconds to make, and a fleet's files
+# name the same few globals. No opcode changes a class (a BUILD, SETITEM or APPEND reaches its instances only), so
+# one file cannot leave anything on another's. Bounded, so that files naming new globals by the thousand each
+# cannot grow it: past the bound a file's stand-ins are its own.
+_SHARED_STAND_INS: dict[tuple[str, str], _Global] = {}
+_SHARED_BOUND = 4096
+
+
+def _stand_in(key: tuple[str, str]) -> _Global:
+    made = _Global("StandIn", (StandIn,), {"pickled_module": key[0], "pickled_name": key[1],
+                                           "meaning": _MEANINGS.get(key), "__module__": __name__})
+    if len(_SHARED_STAND_INS) < _SHARED_BOUND:
+        _SHARED_STAND_INS[key] = made
+    return made
+
+
 class _Reader(pickle.Unpickler):
     def __init__(self, file: IO[bytes]) -> None:
         super().__init__(file, encoding="utf-8", errors="replace")
@@ -623,8 +639,7 @@ class _Reader(pickle.Unpickler):
         key = _compat_pickle.NAME_MAPPING.get(key, (_compat_pickle.IMPORT_MAPPING.get(key[0], key[0]), key[1]))
         found = self._globals.get(key)
         if found is None:
-            found = _Global("StandIn", (StandIn,), {"pickled_module": key[0], "pickled_name": key[1],
-                                                    "meaning": _MEANINGS.get(key), "__module__": __name__})
+            found = _SHARED_STAND_INS.get(key) or _stand_in(key)
             self._globals[key] = found
         return found
 

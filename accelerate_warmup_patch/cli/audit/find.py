@@ -156,11 +156,13 @@ class _Walk:
                                                   for e in entries):
             self._list_below(folder)
         for entry in entries:
-            child = folder / entry.name
             if entry.kind == stores.LINKED_FOLDER:
-                yield Symlinked(child)
+                yield Symlinked(folder / entry.name)
                 continue
-            if entry.kind != stores.FOLDER or self._excluded(child):
+            if entry.kind != stores.FOLDER:
+                continue
+            child = folder / entry.name
+            if self._excluded(child):
                 continue
             try:
                 listing = self._entries(child)

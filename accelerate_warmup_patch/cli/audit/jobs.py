@@ -18,7 +18,8 @@ from .find import Run
 if TYPE_CHECKING:
     from multiprocessing.pool import AsyncResult
 
-_IN_FLIGHT_PER_WORKER = 4
+_IN_FLIGHT_PER_WORKER = 2  # batches
+_BATCH = 16  # runs a message: enough to pay for the message, few enough for the first line to come soon
 
 
 def _ignore_interrupts() -> None:
@@ -26,37 +27,35 @@ def _ignore_interrupts() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # Pool.terminate ends a worker with it
 
 
-def _judge(run: Run, config_root: str | None) -> dict[str, Any]:
+def _judge(batch: list[Run | dict[str, Any]], config_root: str | None) -> list[dict[str, Any]]:
     from .report import judge  # the worker's own import: report imports this module
 
-    return judge(run, config_root)
+    return [item if isinstance(item, dict) else judge(item, config_root) for item in batch]
 
 
 def judged(found: Iterable[Run | Any], workers: int, config_root: str | None,
            row_type: type[Any]) -> Iterator[dict[str, Any]]:
     """The report of each item of ``found`` in order: a ``row_type`` item's own ``report``, a Run judged in a
-    worker. A fresh interpreter per worker (spawn): the parent's threads and signal handlers stay here."""
+    worker, BATCH at a time (one message each way per batch, not per run). A fresh interpreter per worker (spawn):
+    the parent's threads and signal handlers stay here."""
     import multiprocessing  # here: an audit without --jobs does not pay for its import
 
     pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_ignore_interrupts)
-    pending: collections.deque[AsyncResult[dict[str, Any]] | dict[str, Any]] = collections.deque()
+    pending: collections.deque[AsyncResult[list[dict[str, Any]]]] = collections.deque()
+    batch: list[Run | dict[str, Any]] = []
     try:
         for item in found:
-            pending.append(item.report if isinstance(item, row_type) else
-                           pool.apply_async(_judge, (item, config_root)))
-            while len(pending) > workers * _IN_FLIGHT_PER_WORKER or (pending and _ready(pending[0])):
-                yield _get(pending.popleft())
+            batch.append(item.report if isinstance(item, row_type) else item)
+            if len(batch) >= _BATCH:
+                pending.append(pool.apply_async(_judge, (batch, config_root)))
+                batch = []
+            while len(pending) > workers * _IN_FLIGHT_PER_WORKER or (pending and pending[0].ready()):
+                yield from pending.popleft().get()
+        if batch:
+            pending.append(pool.apply_async(_judge, (batch, config_root)))
         while pending:
-            yield _get(pending.popleft())
+            yield from pending.popleft().get()
         pool.close()
     finally:
         pool.terminate()
         pool.join()
-
-
-def _ready(item: AsyncResult[dict[str, Any]] | dict[str, Any]) -> bool:
-    return isinstance(item, dict) or item.ready()
-
-
-def _get(item: AsyncResult[dict[str, Any]] | dict[str, Any]) -> dict[str, Any]:
-    return item if isinstance(item, dict) else item.get()
