@@ -58,7 +58,9 @@ Reads the DeepSpeed checkpoints of finished runs (each PATH: a checkpoint folder
 folder, a Trainer output folder, or a folder of many runs, searched) and says per run, from its newest
 tag: the release that wrote it, its scheduler, the lr optimizer step 0 ran at (from its earliest save, and
 the record a patched run left there) and the lr DeepSpeed 0.19.8 runs it at, and a verdict: affected, not
-affected, unknown or unreadable (skipped: a symlinked folder, not followed). Nothing a checkpoint's pickle
+affected, unknown or unreadable; one per engine where a folder holds the saves of several (accelerate's
+pytorch_model, pytorch_model_1). A PATH may be an fsspec URL (s3://bucket/prefix; the [s3] or [gcs] extra).
+Nothing a checkpoint's pickle
 names is imported or run, no tensor is read, every read is bounded; needs neither torch nor deepspeed. A
 ds_config saved as a path is read when absolute, or relative under --config-root. Each run is written as
 soon as it is judged, a summary at the end (on stderr with --json/--jsonl); Ctrl-C or SIGTERM stops it
@@ -117,7 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--python-flags", metavar="FLAGS", default="", help=PYTHON_FLAGS)
     audit = commands.add_parser("audit", help="were finished runs hurt? reads their DeepSpeed checkpoints",
                                 description=AUDIT, formatter_class=raw)
-    audit.add_argument("paths", metavar="PATH", nargs="+", help="a checkpoint, tag, Trainer output or runs folder")
+    audit.add_argument("paths", metavar="PATH", nargs="+", help="a checkpoint, tag, Trainer output or runs folder, or an fsspec URL of one")
     form = audit.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="a JSON list, one object per run, on stdout")
     form.add_argument("--jsonl", action="store_true",
