@@ -119,7 +119,8 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--python-flags", metavar="FLAGS", default="", help=PYTHON_FLAGS)
     audit = commands.add_parser("audit", help="were finished runs hurt? reads their DeepSpeed checkpoints",
                                 description=AUDIT, formatter_class=raw)
-    audit.add_argument("paths", metavar="PATH", nargs="+", help="a checkpoint, tag, Trainer output or runs folder, or an fsspec URL of one")
+    audit.add_argument("paths", metavar="PATH", nargs="+",
+                       help="a checkpoint, tag, Trainer output or runs folder, or an fsspec URL of one")
     form = audit.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="a JSON list, one object per run, on stdout")
     form.add_argument("--jsonl", action="store_true",
