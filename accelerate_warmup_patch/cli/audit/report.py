@@ -16,7 +16,7 @@ import sys
 import textwrap
 import threading
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any, TextIO
@@ -136,10 +136,11 @@ def _plain_report(report: dict[str, Any]) -> dict[str, Any]:
                                  f"its report cannot be written ({error})")
 
 
-def _reports(paths: Sequence[str], options: Options, tally: Summary, errors: list[str]) -> Iterator[dict[str, Any]]:
+def _reports(paths: Sequence[str], options: Options, tally: Summary, errors: list[str],
+             stopping: Callable[[], bool] = lambda: False) -> Iterator[dict[str, Any]]:
     found = _found(paths, options, tally, errors)
     if options.jobs > 1:
-        yield from jobs.judged(found, options.jobs, options.config_root, _Row)
+        yield from jobs.judged(found, options.jobs, options.config_root, _Row, stopping)
         return
     for item in found:
         yield item.report if isinstance(item, _Row) else judge(item, options.config_root)
@@ -309,13 +310,15 @@ def main(paths: list[str], as_json: bool = False, config_root: str | None = None
     progress = summary.Progress()
     with _Signals() as signals:
         try:
-            for report in _reports(paths, options, tally, errors):
+            for report in _reports(paths, options, tally, errors, lambda: signals.received is not None):
                 tally.add(report)
                 signals.write(writer, report)
                 progress.judged()
             stopped = signals.received  # one that came after the last run: the summary still says it
         except Interrupted as interrupted:
             stopped = interrupted.signum
+        except jobs.Stopped:
+            stopped = signals.received
         except KeyboardInterrupt:  # signals not ours to catch (not the main thread)
             stopped = signal.SIGINT
         finally:
