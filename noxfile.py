@@ -126,7 +126,7 @@ def _accelerate_pins(accelerate: str) -> list[str]:
 def unit(session: nox.Session) -> None:
     """The unit tier (tests/unit): the guard table, the environment's value rules, the launchers' quoting and the
     other pure logic, in one interpreter with neither torch nor DeepSpeed installed (seconds)."""
-    session.install("pytest", "-e", ".")
+    session.install("pytest", "fsspec", "-e", ".")  # fsspec: its memory file system stands in for a bucket
     session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/unit", *session.posargs)
 
 
