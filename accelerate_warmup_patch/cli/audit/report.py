@@ -34,6 +34,9 @@ TEXT, JSON, JSONL = "text", "json", "jsonl"
 
 @dataclass(frozen=True)
 class Options:
+    """How to audit: the command line's options (main.py builds them); ``verbose`` defaults to a row per symlinked
+    folder here, as 0.5.0 reported them, and to their count alone on the command line (``-v`` for the rows)."""
+
     config_root: str | None = None
     exclude: tuple[str, ...] = ()
     shard: tuple[int, int] = (0, 1)  # K of N
