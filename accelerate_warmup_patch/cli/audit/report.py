@@ -83,12 +83,12 @@ def _one_path(path: str, options: Options, tally: Summary, seen: dict[str, str] 
         if isinstance(item, Symlinked):
             tally.symlinked += 1
             if options.verbose and _mine(relative, options.shard):
-                yield _Row({**blank_report(str(item.path)), "verdict": SKIPPED, "why": "a symlink to a folder: not "
+                yield _Row({**_blank(str(item.path)), "verdict": SKIPPED, "why": "a symlink to a folder: not "
                             "followed (name it as a PATH to audit what it points to)"})
             continue
         if isinstance(item, Unsearched):
             if _mine(relative, options.shard):
-                yield _Row(unreadable_report(blank_report(str(item.path)), item.why))
+                yield _Row(unreadable_report(_blank(str(item.path)), item.why))
             continue
         if seen is not None:
             key = os.path.join(real_root, _relative(item.tag, prefix))
@@ -100,9 +100,14 @@ def _one_path(path: str, options: Options, tally: Summary, seen: dict[str, str] 
         if _mine(relative, options.shard):
             yield item
     if again and not new and _mine(".", options.shard):  # a PATH named twice, or through a link: still its line
-        yield _Row({**blank_report(path), "verdict": SKIPPED,
+        yield _Row({**_blank(path), "verdict": SKIPPED,
                     "why": f"the same run{'s' if len(again) > 1 else ''} as {', '.join(dict.fromkeys(again))}, "
                            "reported once (above)"})
+
+
+def _blank(path: str) -> dict[str, Any]:
+    """A report with nothing read yet, its fields in the order every report has them (engine after path)."""
+    return {"path": path, "engine": None, **blank_report(path)}
 
 
 def _relative(found: PurePath, prefix: str) -> str:
@@ -135,7 +140,7 @@ def _plain_report(report: dict[str, Any]) -> dict[str, Any]:
         json.dumps(plain)
         return plain  # type: ignore[no-any-return]
     except (Unreadable, ValueError, TypeError, RecursionError) as error:
-        return unreadable_report({**blank_report(str(report.get("path"))), "engine": report.get("engine")},
+        return unreadable_report({**_blank(str(report.get("path"))), "engine": report.get("engine")},
                                  f"its report cannot be written ({error})")
 
 
