@@ -1,9 +1,10 @@
 """Finding runs: each run under a PATH once, as the walk meets it, its tag folders in the order they were saved.
 
 The walk lists each folder once (``os.scandir`` on a disk: the entries' types come with the listing, so nothing is
-stat'ed to tell a folder from a file or a link; an object store's list call in a bucket) and hands each run what it listed of its tag folders (``stores``), so that
-reading the run lists nothing again. A run is yielded as soon as the folder holding it has been walked, so the
-first run is out long before the last folder is listed, and nothing is kept of a run once it is yielded.
+stat'ed to tell a folder from a file or a link; an object store's list call in a bucket) and hands each run what
+it listed of its tag folders (``stores``), so that reading the run lists nothing again. A run is yielded as soon as
+the folder holding it has been walked, so the first run is out long before the last folder is listed, and nothing
+is kept of a run once it is yielded.
 """
 
 from __future__ import annotations
