@@ -176,3 +176,10 @@ def test_one_engine_keeps_its_report_as_before(tmp_path: Path) -> None:
     files.write_run(tmp_path / "run", tag="global_step6")
     (report,) = lines(audit("--jsonl", str(tmp_path / "run")))
     assert report["engine"] is None and report["checkpoint"].endswith("global_step6/mp_rank_00_model_states.pt")
+
+
+def test_a_run_named_by_its_tag_folder_and_inside_a_folder_of_runs_is_reported_once(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "runs" / "a")
+    files.write_run(tmp_path / "runs" / "b")
+    proc = audit("--jsonl", str(tmp_path / "runs" / "a" / "global_step6"), str(tmp_path / "runs"))
+    assert [Path(r["path"]).name for r in lines(proc)] == ["global_step6", "b"], proc.stdout

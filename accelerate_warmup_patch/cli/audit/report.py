@@ -91,7 +91,7 @@ def _one_path(path: str, options: Options, tally: Summary, seen: dict[str, str] 
                 yield _Row(unreadable_report(_blank(str(item.path)), item.why))
             continue
         if seen is not None:
-            key = os.path.join(real_root, _relative(item.tag, prefix))
+            key = os.path.normpath(os.path.join(real_root, _relative(item.tag, prefix)))
             if key in seen:
                 again.append(seen[key])
                 continue
