@@ -97,6 +97,7 @@ def _one_path(path: str, options: Options, tally: Summary, seen: dict[str, str] 
                 continue
             seen[key] = str(item.path)
         new += 1
+        tally.found += 1
         if _mine(relative, options.shard):
             yield item
     if again and not new and _mine(".", options.shard):  # a PATH named twice, or through a link: still its line
@@ -321,7 +322,7 @@ def main(paths: list[str], as_json: bool = False, config_root: str | None = None
             for report in _reports(paths, options, tally, errors, lambda: signals.received is not None):
                 tally.add(report)
                 signals.write(writer, report)
-                progress.judged()
+                progress.judged(tally.found)
             stopped = signals.received  # one that came after the last run: the summary still says it
         except Interrupted as interrupted:
             stopped = interrupted.signum

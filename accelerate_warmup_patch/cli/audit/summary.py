@@ -26,6 +26,7 @@ class Summary:
         self.verdicts: Counter[str] = Counter()
         self.releases: Counter[str] = Counter()
         self.symlinked = 0  # symlinked folders met and not followed (a row each only with --verbose)
+        self.found = 0  # runs the walk found (all shards'), for the progress line
 
     def add(self, report: dict[str, Any]) -> None:
         verdict = str(report.get("verdict"))
@@ -91,7 +92,7 @@ def summarize(files: list[str]) -> int:
 
 
 class Progress:
-    """Runs judged and their rate on stderr while stderr is a terminal (tqdm, where it is installed: DeepSpeed,
+    """Runs judged, found and the rate on stderr while stderr is a terminal (tqdm, where it is installed: DeepSpeed,
     transformers and accelerate's users have it); nothing otherwise, and never on stdout."""
 
     def __init__(self) -> None:
@@ -104,8 +105,9 @@ class Progress:
             return
         self._bar = tqdm(desc="judged", unit=" runs", file=sys.stderr, leave=False, dynamic_ncols=True)
 
-    def judged(self) -> None:
+    def judged(self, found: int) -> None:
         if self._bar is not None:
+            self._bar.set_postfix_str(f"found {found}", refresh=False)  # the walk runs ahead with --jobs
             self._bar.update()
 
     def close(self) -> None:
