@@ -135,6 +135,8 @@ def audit(*args: str) -> list[str]:
 
 def s3_figures(source: Path, runs: int) -> dict[str, Any] | None:
     """Requests and bytes per run of ``audit --jsonl s3://...`` against moto's server on 127.0.0.1."""
+    # moto's recorder writes its file where it is told when imported (else into the working directory)
+    os.environ.setdefault("MOTO_RECORDER_FILEPATH", os.path.join(tempfile.gettempdir(), f"awp-moto-{os.getpid()}"))
     try:
         import logging
 

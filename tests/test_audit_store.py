@@ -9,6 +9,7 @@ Nothing leaves 127.0.0.1: the endpoint is the local server, and instance metadat
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -27,6 +29,8 @@ import pytest
 from conftest import Spec, installed, run_specs
 
 installed("deepspeed")  # real engines
+# moto's recorder writes its file where it is told when imported (else into the working directory: the checkout)
+os.environ.setdefault("MOTO_RECORDER_FILEPATH", os.path.join(tempfile.gettempdir(), f"awp-moto-{os.getpid()}"))
 moto_server = pytest.importorskip("moto.server", reason="moto[server] (nox -s tests installs it)")
 pytest.importorskip("s3fs", reason="s3fs (nox -s tests installs it)")
 
@@ -96,6 +100,8 @@ def server(runs: Path) -> Iterator[dict[str, str]]:
         yield env
     finally:
         started.stop()
+        with contextlib.suppress(OSError):
+            os.remove(os.environ["MOTO_RECORDER_FILEPATH"])
 
 
 def audit(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
