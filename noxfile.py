@@ -126,7 +126,7 @@ def _accelerate_pins(accelerate: str) -> list[str]:
 def unit(session: nox.Session) -> None:
     """The unit tier (tests/unit): the guard table, the environment's value rules, the launchers' quoting and the
     other pure logic, in one interpreter with neither torch nor DeepSpeed installed (seconds)."""
-    session.install("pytest", "-e", ".")
+    session.install("pytest", "fsspec", "-e", ".")  # fsspec: its memory file system stands in for a bucket
     session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/unit", *session.posargs)
 
 
@@ -136,7 +136,8 @@ def tests(session: nox.Session, deepspeed: str) -> None:
     """The suite on real CPU engines with one DeepSpeed release."""
     _install_stack(session, deepspeed)
     _own_ports(session, "tests", tiers.TEST_DEEPSPEED.index(deepspeed))
-    session.install("pytest", "matplotlib")
+    # fsspec, s3fs and moto's server: tests/test_audit_store.py audits a bucket of a local S3 server
+    session.install("pytest", "matplotlib", "fsspec", "s3fs", "moto[server]")
     # the machinery's modules run on the buggy release alone (tiers.ONE_RELEASE_TESTS says why, per module);
     # files named after `--` run as named
     once = [] if session.posargs or deepspeed == tiers.TEST_DEEPSPEED[0] else \

@@ -10,6 +10,7 @@ matrix installs are test tooling (``tests/tiers.py``). Standard library only.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -93,6 +94,7 @@ def installed(distribution: str) -> str | None:
         return None
 
 
+@functools.lru_cache(maxsize=128)  # the audit asks the table of each run's release many times
 def parse(version: str) -> tuple[int, ...]:
     """``"0.15.3+abc"`` -> ``(0, 15, 3)``; pre-release and local parts are ignored."""
     match = re.match(r"\s*v?(\d+(?:\.\d+)*)", version)

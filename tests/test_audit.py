@@ -176,7 +176,7 @@ def test_a_hostile_checkpoint_runs_nothing_and_is_judged_from_its_data(tmp_path,
     (report,) = json.loads(proc.stdout)
     # the data beside the command is read: 0.15.2 ran step 0 at the optimizer's lr
     assert report["verdict"] == "affected" and report["step0_lr"] == 0.001, report
-    assert proc.returncode == 1 and proc.stderr == "", proc.stderr
+    assert proc.returncode == 1 and proc.stderr.startswith("summary: 1 report in "), proc.stderr  # no error line
     # the file is what it claims: the way DeepSpeed loads a checkpoint runs the command
     loaded = subprocess.run([sys.executable, "-c", f"import torch; torch.load({str(file)!r}, weights_only=False)"],
                             capture_output=True, text=True, timeout=300)

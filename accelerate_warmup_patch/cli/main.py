@@ -22,6 +22,7 @@ exit codes:
   2  usage error, an unreadable --config, or what demo needs is missing (torch, DeepSpeed, matplotlib);
      audit: no run is affected, and something could not be read (a PATH with no DeepSpeed checkpoint, an
      unreadable run, a folder that cannot be listed)
+  130, 143  audit: stopped by SIGINT (Ctrl-C) or SIGTERM, after the runs judged so far and the summary
   141  the reader closed the output early (`| head`): the rest is dropped, nothing is printed, as for a tool
      that SIGPIPE ends (128 + 13)"""
 BROKEN_PIPE = 141
@@ -57,9 +58,13 @@ Reads the DeepSpeed checkpoints of finished runs (each PATH: a checkpoint folder
 folder, a Trainer output folder, or a folder of many runs, searched) and says per run, from its newest
 tag: the release that wrote it, its scheduler, the lr optimizer step 0 ran at (from its earliest save, and
 the record a patched run left there) and the lr DeepSpeed 0.19.8 runs it at, and a verdict: affected, not
-affected, unknown or unreadable (skipped: a symlinked folder, not followed). Nothing a checkpoint's pickle
-names is imported or run, no tensor is read, every read is bounded; needs neither torch nor deepspeed. A
-ds_config saved as a path is read when absolute, or relative under --config-root."""
+affected, unknown or unreadable; one per engine where a folder holds the saves of several (accelerate's
+pytorch_model, pytorch_model_1). A PATH may be an fsspec URL (s3://bucket/prefix; the [s3] or [gcs]
+extra). Nothing a checkpoint's pickle names is imported or run, no tensor is read, every read is bounded;
+needs neither torch nor deepspeed. A ds_config saved as a path is read when absolute, or relative under
+--config-root. Each run is written as soon as it is judged, a summary at the end (on stderr with
+--json/--jsonl); Ctrl-C or SIGTERM stops it with every run judged so far written whole, then the partial
+summary (exit 130 / 143)."""
 
 
 PYTHON_FLAGS = ("the job's own interpreter flags, as one word with '=' (--python-flags=-S, --python-flags='-X dev'): "
@@ -114,13 +119,51 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--python-flags", metavar="FLAGS", default="", help=PYTHON_FLAGS)
     audit = commands.add_parser("audit", help="were finished runs hurt? reads their DeepSpeed checkpoints",
                                 description=AUDIT, formatter_class=raw)
-    audit.add_argument("paths", metavar="PATH", nargs="+", help="a checkpoint, tag, Trainer output or runs folder")
-    audit.add_argument("--json", action="store_true", help="a JSON list, one object per run, on stdout")
+    audit.add_argument("paths", metavar="PATH", nargs="+",
+                       help="a checkpoint, tag, Trainer output or runs folder, or an fsspec URL of one")
+    form = audit.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="a JSON list, one object per run, on stdout")
+    form.add_argument("--jsonl", action="store_true",
+                      help="JSON lines: one object per run on stdout, each written as soon as the run is judged")
+    form.add_argument("--summarize", action="store_true",
+                      help="each PATH is a file of --jsonl lines (- for stdin; the parts of a sharded audit, "
+                           "merged): print their summary, exit as the audit would")
     audit.add_argument("--config-root", metavar="DIR",
                        help="the job's working directory: where a ds_config saved as a relative path is read")
+    audit.add_argument("--exclude", metavar="GLOB", action="append", default=[],
+                       help="a folder not to enter, by name or by path under the PATH (repeatable: "
+                            "--exclude wandb --exclude '*/hf_export')")
+    audit.add_argument("-v", "--verbose", action="store_true",
+                       help="a line for each symlinked folder not followed (else only their count in the summary)")
+    audit.add_argument("--jobs", metavar="N", type=_positive, default=1,
+                       help="judge runs in N worker processes (the same reports, in the same order)")
+    audit.add_argument("--shard", metavar="K/N", type=_shard, default=(0, 1),
+                       help="audit only shard K (from 0) of N: a stable split of the runs by their path under "
+                            "the PATH, for a Slurm array (--shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT)")
     for sub in (doctor, demo, status, audit):
         sub.set_defaults(parser=sub)  # a typo among its options prints its own usage
     return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
+    return value
+
+
+def _shard(text: str) -> tuple[int, int]:
+    index, _, count = text.partition("/")
+    try:
+        shard = (int(index), int(count))
+    except ValueError:
+        shard = (-1, 0)
+    if not 0 <= shard[0] < shard[1]:
+        raise argparse.ArgumentTypeError(f"{text!r} is not K/N with 0 <= K < N (e.g. 0/4 ... 3/4)")
+    return shard
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,7 +191,11 @@ def _run(argv: list[str] | None) -> int:
     if args.command == "audit":
         from . import audit as audit_module
 
-        return audit_module.main(args.paths, as_json=args.json, config_root=args.config_root)
+        if args.summarize:
+            return audit_module.summarize(args.paths)
+        options = audit_module.Options(args.config_root, tuple(args.exclude), args.shard, args.jobs, args.verbose)
+        form = "json" if args.json else "jsonl" if args.jsonl else "text"
+        return audit_module.main(args.paths, form=form, options=options)
     if args.command == "demo":
         from . import demo as demo_module
 

@@ -15,12 +15,15 @@ Every PATH, run and folder that could not be read gets its line; a file's failur
 
 The subpackage, one job a module, imports pointing down: ``verdicts`` (the names), ``checkpoint_pickle`` (a torch
 file read as data, every bound in one place), ``find`` (the runs under a PATH), ``read`` (one save's facts),
-``judge`` (one run's verdict), ``report`` (the command).
+``stores`` (where a run's files are read), ``judge`` (one run's verdict), ``summary`` (the counts at the end),
+``jobs`` (runs judged in worker processes), ``report`` (the command: reports written as they come).
 """
 
 from __future__ import annotations
 
-from .report import audit, main, print_table
+from .report import Options, audit, main
+from .summary import summarize
 from .verdicts import AFFECTED, NOT_AFFECTED, SKIPPED, UNKNOWN, UNREADABLE
 
-__all__ = ["AFFECTED", "NOT_AFFECTED", "SKIPPED", "UNKNOWN", "UNREADABLE", "audit", "main", "print_table"]
+__all__ = ["AFFECTED", "NOT_AFFECTED", "SKIPPED", "UNKNOWN", "UNREADABLE", "Options", "audit", "main",
+           "summarize"]

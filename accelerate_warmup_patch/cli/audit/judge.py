@@ -5,8 +5,7 @@ changes from its newest save. The worst wins; "not affected" only from proof."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+from pathlib import PurePath
 from typing import Any
 
 from ... import record_data, releases
@@ -15,6 +14,7 @@ from . import checkpoint_pickle
 from .checkpoint_pickle import Unreadable
 from .find import Run
 from .read import Save, number, read_save
+from .stores import Store
 from .verdicts import AFFECTED, NOT_AFFECTED, RECORD_FILE, UNKNOWN, UNREADABLE
 
 # where each class starts every group on 0.19.8: the param, and its default (None: required); WarmupCosineLR at
@@ -48,12 +48,12 @@ def audit_run(run: Run, config_root: str | None = None) -> dict[str, Any]:
 
 
 def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dict[str, Any]:
-    newest = read_save(run.tag, config_root)
+    newest = read_save(run.tag, config_root, run.store)
     report["checkpoint"], report["deepspeed_version"] = str(newest.file), newest.version
-    read: dict[Path, Save] = {run.tag: newest}
+    read: dict[PurePath, Save] = {run.tag: newest}
     first = newest
     for tag in run.tags[:-1]:  # the earliest save that took an optimizer step (or does not say), else the newest
-        save = _read_earlier(tag, read, report, config_root)
+        save = _read_earlier(tag, read, report, config_root, run.store)
         if save is not None and (save.global_steps != 0 or save.record is not None):
             first = save
             break
@@ -103,25 +103,26 @@ def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dic
     return report
 
 
-def _read_earlier(tag: Path, read: dict[Path, Save], report: dict[str, Any], config_root: str | None) -> Save | None:
+def _read_earlier(tag: PurePath, read: dict[PurePath, Save], report: dict[str, Any], config_root: str | None,
+                  store: Store) -> Save | None:
     """An earlier save, read once; None (and a note) where it cannot be read."""
     if tag not in read:
         try:
-            read[tag] = read_save(tag, config_root)
+            read[tag] = read_save(tag, config_root, store)
         except Unreadable as error:
             report["notes"].append(f"an earlier save, {tag}, cannot be read ({error}): not used")
             return None
     return read[tag]
 
 
-def _newest_bound_record(run: Run, read: dict[Path, Save], report: dict[str, Any],
+def _newest_bound_record(run: Run, read: dict[PurePath, Save], report: dict[str, Any],
                          config_root: str | None) -> Save | None:
     """The newest save whose record 2 is bound to it: its chain tells how the run's step 0 ran. Only saves with a
     record file beside them are read for it (an unpatched run's many saves are not)."""
     for tag in reversed(run.tags):
-        if tag not in read and not os.path.lexists(tag / RECORD_FILE):
+        if tag not in read and not run.store.exists(tag / RECORD_FILE):
             continue
-        save = read[tag] if tag in read else _read_earlier(tag, read, report, config_root)
+        save = read[tag] if tag in read else _read_earlier(tag, read, report, config_root, run.store)
         if save is not None and save.record is not None and save.record.get("bound"):
             return save
     return None

@@ -7,13 +7,14 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import PurePath
 from typing import Any
 
 from ... import record_data
 from . import checkpoint_pickle
 from .checkpoint_pickle import Unreadable
 from .find import model_states
+from .stores import LOCAL, Store
 from .verdicts import RECORD_FILE
 
 # the bounds of the small files the audit reads beside a checkpoint
@@ -26,8 +27,8 @@ class Save:
     """What one tag folder says: its model-states file's facts, its ds_config (or why it could not be read) and
     the patch's record, if any."""
 
-    tag: Path
-    file: Path
+    tag: PurePath
+    file: PurePath
     version: str
     config: dict[str, Any]
     config_problem: str | None
@@ -39,13 +40,15 @@ class Save:
     notes: list[str]
 
 
-def read_save(tag: Path, config_root: str | None = None) -> Save:
-    """The facts of one tag folder; raises Unreadable with the reason."""
-    file = model_states(tag)
+def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCAL) -> Save:
+    """The facts of one tag folder, read from ``store``; raises Unreadable with the reason."""
+    file = model_states(tag, store)
     if file is None:
         raise Unreadable(f"{tag}: no model-states file (or the folder cannot be listed)")
     try:
-        data, members = checkpoint_pickle.load_with_members(str(file))
+        # the zip's members are gathered (a tuple each) only where a record beside the save will be checked
+        directory = checkpoint_pickle.ZipDirectory() if store.exists(tag / RECORD_FILE) else None
+        data = store.load(file, directory)
     except Unreadable as error:
         raise Unreadable(f"{file.name}: {error}") from None
     if not isinstance(data, dict) or not isinstance(data.get("ds_version"), str):
@@ -58,8 +61,9 @@ def read_save(tag: Path, config_root: str | None = None) -> Save:
         iteration = number(state["last_batch_iteration"])
     global_steps = number(data.get("global_steps"))
     version = data["ds_version"][:64]
-    binding = None if members is None else record_data.binding(file.name, *members)
-    record = _record(tag, notes)
+    binding = record_data.binding(file.name, directory.size, directory.members) \
+        if directory is not None and directory.zip else None
+    record = _record(tag, notes, store)
     if record is not None:
         record = _this_saves(record, binding=binding, version=version, global_steps=global_steps,
                              scheduler=_scheduler_type(config), notes=notes)
@@ -140,14 +144,14 @@ def _bounded_int(text: str) -> int | None:
     return int(text) if len(text) <= 30 else None  # int() of a long one is quadratic on Python 3.9
 
 
-def _record(tag: Path, notes: list[str]) -> dict[str, Any] | None:
+def _record(tag: PurePath, notes: list[str], store: Store) -> dict[str, Any] | None:
     """The record a patched run wrote beside this save (record 2, or 0.5.0's record 1), as plain data with its lrs
     decoded; None when there is none or it is malformed (then a note says why)."""
     path = tag / RECORD_FILE
-    if not os.path.lexists(path):
+    if not store.exists(path):
         return None
     try:
-        raw = json.loads(checkpoint_pickle.read_capped(str(path), RECORD_BYTES).decode("utf-8"),
+        raw = json.loads(store.read_capped(path, RECORD_BYTES).decode("utf-8"),
                          parse_int=_bounded_int, parse_constant=_refuse_constant)
         record = _valid_record(raw)
     except (Unreadable, ValueError, RecursionError, TypeError, KeyError) as error:

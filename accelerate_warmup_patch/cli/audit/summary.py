@@ -1,0 +1,116 @@
+"""The counts at the end of an audit (per verdict, per DeepSpeed release, runs a second), the exit code they
+make, the same summary of JSON lines merged from several audits (``--summarize``), and the progress line a
+terminal shows while it runs."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any, TextIO
+
+from .verdicts import AFFECTED, SKIPPED, UNREADABLE
+
+_RUN_VERDICTS = ("affected", "not affected", "unknown", "unreadable", "skipped")
+
+
+class Summary:
+    """What was written so far, counted: a few numbers, whatever the fleet's size."""
+
+    def __init__(self, timed: bool = True) -> None:
+        self.timed = timed  # False for merged lines: their audits' time is not this process's
+        self.started = time.monotonic()
+        self.verdicts: Counter[str] = Counter()
+        self.releases: Counter[str] = Counter()
+        self.symlinked = 0  # symlinked folders met and not followed (a row each only with --verbose)
+        self.found = 0  # runs the walk found (all shards'), for the progress line
+
+    def add(self, report: dict[str, Any]) -> None:
+        verdict = str(report.get("verdict"))
+        self.verdicts[verdict] += 1
+        if verdict != SKIPPED:
+            self.releases[str(report.get("deepspeed_version") or "?")] += 1
+
+    def exit_code(self, errors: Iterable[str] = ()) -> int:
+        """1 if any run is affected; else 2 if anything could not be read; else 0."""
+        if self.verdicts[AFFECTED]:
+            return 1
+        return 2 if self.verdicts[UNREADABLE] or any(True for _ in errors) else 0
+
+    def lines(self, stopped: int | None = None) -> list[str]:
+        seconds = max(time.monotonic() - self.started, 1e-9)
+        rows = sum(self.verdicts.values())
+        head = "summary" if stopped is None else \
+            f"summary (stopped by {signal.Signals(stopped).name}: the reports above only)"
+        verdicts = ", ".join(f"{self.verdicts[v]} {v}" for v in _RUN_VERDICTS if self.verdicts[v])
+        rate = f" in {seconds:.1f} s ({rows / seconds:.0f}/s)" if self.timed else ""
+        lines = [f"{head}: {rows} report{'s' if rows != 1 else ''}{rate}" + (f": {verdicts}" if verdicts else "")]
+        if self.releases:
+            lines.append("  DeepSpeed " + ", ".join(f"{release}: {count}" for release, count in
+                                                    sorted(self.releases.items(), key=lambda kv: _release_key(kv[0]))))
+        if self.symlinked:
+            lines.append(f"  {self.symlinked} symlinked folder{'s' if self.symlinked != 1 else ''} not followed "
+                         "(each is named with --verbose; give one as a PATH to audit it)")
+        return lines
+
+    def write(self, out: TextIO, stopped: int | None = None) -> None:
+        out.write("\n".join(self.lines(stopped)) + "\n")
+        out.flush()
+
+
+def _release_key(release: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in release.split(".")[:3])
+    except ValueError:
+        return (1 << 30,)
+
+
+def summarize(files: list[str]) -> int:
+    """The summary of JSON lines that audits wrote (``cat part-*.jsonl``), on stdout; its exit code is the
+    audit's: 1 if a run is affected, else 2 if one is unreadable (or a line is not a report), else 0."""
+    tally = Summary(timed=False)
+    broken = 0
+    for name in files:
+        with (sys.stdin if name == "-" else open(name, encoding="utf-8")) as lines:
+            for line in lines:
+                try:
+                    report = json.loads(line)
+                    if not isinstance(report, dict) or "verdict" not in report:
+                        raise ValueError("not a report")
+                except ValueError:
+                    broken += 1
+                    continue
+                tally.add(report)
+    tally.write(sys.stdout)
+    if broken:
+        print(f"accelerate-warmup-patch audit: error: {broken} line{'s' if broken != 1 else ''} that are not a "
+              "report (a part cut short?)", file=sys.stderr)
+    return tally.exit_code(["broken"] if broken else [])
+
+
+class Progress:
+    """Runs judged, found and the rate on stderr while stderr is a terminal (tqdm, where it is installed: DeepSpeed,
+    transformers and accelerate's users have it); nothing otherwise, and never on stdout."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+        if not sys.stderr.isatty() or sys.stdout.isatty():  # on a terminal, the reports are the progress
+            return
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return
+        self._bar = tqdm(desc="judged", unit=" runs", file=sys.stderr, leave=False, dynamic_ncols=True)
+
+    def judged(self, found: int) -> None:
+        if self._bar is not None:
+            self._bar.set_postfix_str(f"found {found}", refresh=False)  # the walk runs ahead with --jobs
+            self._bar.update()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

@@ -1,0 +1,179 @@
+"""`audit` of a fleet: reports written as they come, stopped cleanly by Ctrl-C and SIGTERM, split into shards,
+judged in worker processes, with excludes, symlinked folders counted, and several engines in one folder.
+
+Each test runs the command line as a user does (`python -m accelerate_warmup_patch audit`, a child process) on
+runs written by tests/unit/audit_files.py and hard-linked into a fleet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[2]))
+import audit_files as files
+
+from accelerate_warmup_patch.cli import audit as audit_cli
+
+PACKAGE_ROOT = str(Path(audit_cli.__file__).parents[3])
+LIMIT_S = 120  # a hang, not a timing: every test here takes well under a second or two
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "accelerate_warmup_patch", "audit", *args]
+
+
+def _env() -> dict[str, str]:
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}, "PYTHONPATH": PACKAGE_ROOT}
+
+
+def audit(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command(*args), env=_env(), capture_output=True, text=True, timeout=LIMIT_S)
+
+
+def lines(proc: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def fleet(root: Path, runs: int) -> Path:
+    """``runs`` copies of one unpatched 0.15.2 run (affected), hard links of its files, 20 to a folder."""
+    source = root / "source"
+    files.write_run(source)
+    for index in range(runs):
+        run = root / "fleet" / f"group{index // 20:03d}" / f"run{index:05d}"
+        (run / "global_step6").mkdir(parents=True)
+        os.link(source / "latest", run / "latest")
+        os.link(source / "global_step6" / "mp_rank_00_model_states.pt",
+                run / "global_step6" / "mp_rank_00_model_states.pt")
+    return root / "fleet"
+
+
+# Streaming and stopping ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("form", ["--jsonl", "--json"])
+def test_a_stopped_audit_leaves_every_judged_run_whole_and_a_partial_summary(
+        tmp_path: Path, signum: int, code: int, form: str) -> None:
+    runs = fleet(tmp_path, 1000)
+    proc = subprocess.Popen(command(form, str(runs)), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()  # out before the walk is over: the audit streams
+    proc.send_signal(signum)
+    rest, stderr = proc.stdout.read(), proc.stderr.read()  # communicate() would skip what readline buffered
+    proc.wait(timeout=LIMIT_S)
+    assert proc.returncode == code, (proc.returncode, stderr)
+    assert "Traceback" not in stderr and f"stopped by {signal.Signals(signum).name}" in stderr, stderr
+    reports = [json.loads(line) for line in (first + rest).splitlines()] if form == "--jsonl" else \
+        json.loads(first + rest)  # --json: still one valid document
+    assert 0 < len(reports) < 1000 and all(r["verdict"] == "affected" for r in reports), len(reports)
+    assert f": {len(reports)} report" in stderr, stderr
+
+
+def test_jsonl_is_one_report_a_line_and_the_summary_goes_to_stderr(tmp_path: Path) -> None:
+    proc = audit("--jsonl", str(fleet(tmp_path, 30)))
+    assert proc.returncode == 1 and len(lines(proc)) == 30, proc.stderr
+    assert "30 reports" in proc.stderr and "30 affected" in proc.stderr and "DeepSpeed 0.15.2: 30" in proc.stderr
+
+
+def test_the_text_output_is_a_block_per_run_then_the_summary(tmp_path: Path) -> None:
+    runs = fleet(tmp_path, 3)
+    proc = audit(str(runs))
+    assert proc.returncode == 1 and proc.stderr == "", proc.stderr
+    assert f"{runs / 'group000' / 'run00000'}: affected" in proc.stdout.splitlines()
+    assert proc.stdout.splitlines()[-2].startswith("summary: 3 reports in "), proc.stdout
+
+
+# Shards and jobs ---------------------------------------------------------------------------------------------
+
+def test_shards_are_disjoint_and_together_the_whole_fleet(tmp_path: Path) -> None:
+    runs = fleet(tmp_path, 60)
+    whole = {r["path"] for r in lines(audit("--jsonl", str(runs)))}
+    parts = [{r["path"] for r in lines(audit("--jsonl", "--shard", f"{k}/3", str(runs)))} for k in range(3)]
+    assert sum(len(part) for part in parts) == len(whole) == 60 and set().union(*parts) == whole
+    assert all(part for part in parts)  # each machine of the array has work
+
+
+def test_merged_parts_summarize_as_the_whole(tmp_path: Path) -> None:
+    runs = fleet(tmp_path, 40)
+    for k in range(2):
+        (tmp_path / f"part-{k}.jsonl").write_text(audit("--jsonl", "--shard", f"{k}/2", str(runs)).stdout)
+    proc = audit("--summarize", *(str(tmp_path / f"part-{k}.jsonl") for k in range(2)))
+    assert proc.returncode == 1 and proc.stdout.startswith("summary: 40 reports: 40 affected"), proc
+
+
+def test_jobs_give_the_same_reports_in_the_same_order(tmp_path: Path) -> None:
+    runs = fleet(tmp_path, 40)
+    one, two = audit("--jsonl", str(runs)), audit("--jsonl", "--jobs", "2", str(runs))
+    assert one.stdout == two.stdout and two.returncode == one.returncode == 1, two.stderr
+
+
+# What the walk enters ----------------------------------------------------------------------------------------
+
+def test_an_excluded_folder_is_not_entered(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "runs" / "kept")
+    files.write_run(tmp_path / "runs" / "wandb" / "run")
+    files.write_run(tmp_path / "runs" / "a" / "hf_export")
+    proc = audit("--jsonl", "--exclude", "wandb", "--exclude", "a/hf_*", str(tmp_path / "runs"))
+    assert [Path(r["path"]).name for r in lines(proc)] == ["kept"], proc
+
+
+def test_symlinked_folders_are_counted_and_named_only_with_verbose(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "runs" / "run")
+    (tmp_path / "runs" / "link").symlink_to(tmp_path / "runs" / "run")
+    quiet, verbose = audit("--jsonl", str(tmp_path / "runs")), audit("--jsonl", "-v", str(tmp_path / "runs"))
+    assert [r["verdict"] for r in lines(quiet)] == ["affected"] and "1 symlinked folder" in quiet.stderr
+    assert sorted(r["verdict"] for r in lines(verbose)) == ["affected", "skipped"], verbose
+
+
+# Several engines in one folder (issue 41 item 5) -----------------------------------------------------------------
+
+def test_two_engines_saved_by_accelerate_are_each_judged_and_the_affected_one_shown(tmp_path: Path) -> None:
+    # accelerate's save_state of two prepared models: tags pytorch_model and pytorch_model_1 in one folder
+    # one engine a release that needs no fix (proof by the table), the other an affected one
+    files.write_run(tmp_path / "state", tag="pytorch_model", version="0.19.8")
+    files.write_run(tmp_path / "state", tag="pytorch_model_1")
+    proc = audit("--jsonl", str(tmp_path / "state"))
+    reports = {r["engine"]: r for r in lines(proc)}
+    assert sorted(reports) == ["pytorch_model", "pytorch_model_1"], proc
+    assert reports["pytorch_model"]["verdict"] == "not affected"
+    assert reports["pytorch_model_1"]["verdict"] == "affected" and proc.returncode == 1
+    assert all(r["path"] == str(tmp_path / "state") for r in reports.values())
+    text = audit(str(tmp_path / "state")).stdout
+    assert f"{tmp_path / 'state'} (pytorch_model_1): affected" in text.splitlines(), text
+
+
+def test_engines_under_accelerates_automatic_checkpoints_are_each_judged_over_their_saves(tmp_path: Path) -> None:
+    for round_, steps in ((0, 3), (1, 6)):
+        save = tmp_path / "project" / "checkpoints" / f"checkpoint_{round_}"
+        files.write_run(save, tag="pytorch_model", global_steps=steps)
+        files.write_run(save, tag="pytorch_model_1", global_steps=steps, version="0.19.8" if round_ else "0.15.2")
+    reports = {r["engine"]: r for r in lines(audit("--jsonl", str(tmp_path / "project")))}
+    assert sorted(reports) == ["pytorch_model", "pytorch_model_1"], reports
+    for engine, report in reports.items():
+        assert report["path"] == str(tmp_path / "project" / "checkpoints"), report
+        assert report["step0_checkpoint"].endswith(f"checkpoint_0/{engine}/mp_rank_00_model_states.pt"), report
+        assert report["checkpoint"].endswith(f"checkpoint_1/{engine}/mp_rank_00_model_states.pt"), report
+    assert reports["pytorch_model_1"]["deepspeed_version"] == "0.19.8"
+
+
+def test_one_engine_keeps_its_report_as_before(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "run", tag="global_step3", global_steps=3)
+    files.write_run(tmp_path / "run", tag="global_step6")
+    (report,) = lines(audit("--jsonl", str(tmp_path / "run")))
+    assert report["engine"] is None and report["checkpoint"].endswith("global_step6/mp_rank_00_model_states.pt")
+
+
+def test_a_run_named_by_its_tag_folder_and_inside_a_folder_of_runs_is_reported_once(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "runs" / "a")
+    files.write_run(tmp_path / "runs" / "b")
+    proc = audit("--jsonl", str(tmp_path / "runs" / "a" / "global_step6"), str(tmp_path / "runs"))
+    assert [Path(r["path"]).name for r in lines(proc)] == ["global_step6", "b"], proc.stdout

@@ -1,0 +1,97 @@
+"""`audit` of an fsspec URL, on fsspec's in-memory file system (the unit tier's stand-in for a bucket; the real S3
+server is tests/test_audit_store.py's): the same reports as the same folders on disk, a model-states file read by
+ranges and never whole past 256 KiB, latest and the record read only where they count, bounds as on a disk."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[2]))
+import audit_files as files
+
+from accelerate_warmup_patch.cli.audit import report
+
+fsspec = pytest.importorskip("fsspec", reason="fsspec (nox -s unit installs it)")
+
+
+def audit(*paths: str) -> tuple[int, list[dict[str, Any]], str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = report.main(list(paths), form=report.JSONL)
+    return code, [json.loads(line) for line in out.getvalue().splitlines()], err.getvalue()
+
+
+@pytest.fixture
+def memory(tmp_path: Path) -> Iterator[tuple[Path, Any, list[tuple[str, Any, Any]]]]:
+    """Runs on disk, the same in memory://runs, and the reads the audit makes of the memory file system."""
+    root = tmp_path / "runs"
+    files.write_run(root / "plain")
+    files.write_run(root / "trainer" / "checkpoint-3", tag="global_step3", global_steps=3)
+    files.write_run(root / "trainer" / "checkpoint-6", tag="global_step6", version="0.19.8")
+    files.write_run(root / "engines", tag="pytorch_model")
+    files.write_run(root / "engines", tag="pytorch_model_1")
+    big = files.model_states(client_state={"weights": files.Tensor((1 << 20,))})
+    files.write_run(root / "big", value=big)
+    # the tensor's storage, as torch writes it: a megabyte in the zip after data.pkl, never to be read
+    fs = fsspec.filesystem("memory")
+    if fs.exists("/runs"):
+        fs.rm("/runs", recursive=True)
+    fs.put(str(root), "/runs", recursive=True)
+    reads: list[tuple[str, Any, Any]] = []
+    original = type(fs).cat_file
+
+    def counted(self: Any, path: str, start: Any = None, end: Any = None, **kwargs: Any) -> Any:
+        reads.append((path, start, end))
+        return original(self, path, start=start, end=end, **kwargs)
+
+    type(fs).cat_file = counted
+    try:
+        yield root, fs, reads
+    finally:
+        type(fs).cat_file = original
+        fs.rm("/runs", recursive=True)
+
+
+def test_a_memory_url_gives_the_reports_of_the_same_folders_on_disk(memory: Any) -> None:
+    root, _, _ = memory
+    disk_code, disk, _ = audit(str(root))
+    code, stored, stderr = audit("memory://runs")
+    assert code == disk_code == 1 and "Traceback" not in stderr, stderr
+    keys = ("verdict", "why", "engine", "step0_lr", "deepspeed_version", "step0_deepspeed_version", "global_steps")
+    assert [{k: r[k] for k in keys} for r in stored] == [{k: r[k] for k in keys} for r in disk]
+    assert [r["path"].replace("memory:///runs", str(root)) for r in stored] == [r["path"] for r in disk]
+
+
+def test_a_model_states_file_is_read_by_ranges_never_whole(memory: Any) -> None:
+    _, fs, reads = memory
+    size = fs.size("/runs/big/global_step6/mp_rank_00_model_states.pt")
+    assert size > 1 << 20
+    audit("memory://runs/big")
+    big = "big/global_step6/mp_rank_00_model_states.pt"
+    ranges = [(start, end) for path, start, end in reads if path.endswith(big)]
+    assert len(ranges) == 2 and sum(end - start for start, end in ranges) < 200 * 1024, ranges
+    # latest is not read where a save folder holds one tag: nothing it could change
+    assert not [path for path, _, _ in reads if path.endswith("latest")], reads
+
+
+def test_a_file_past_its_bound_is_not_read_on_a_store(memory: Any) -> None:
+    _, fs, reads = memory
+    fs.pipe("/runs/plain/global_step6/accelerate_warmup_patch.json", b" " * (70 * 1024))
+    _, (stored,), _ = audit("memory://runs/plain")
+    assert any("holds more than 65536 bytes" in note for note in stored["notes"]), stored
+    assert not [path for path, _, _ in reads if path.endswith(".json")], reads
+
+
+def test_a_missing_url_is_the_paths_line_and_exit_2() -> None:
+    code, reports, stderr = audit("memory://no-such-folder")
+    assert code == 2 and reports == [] and stderr.startswith("accelerate-warmup-patch audit: error: "), stderr
+    assert len(stderr.splitlines()) == 1
