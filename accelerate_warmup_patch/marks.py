@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import failures, releases, schedules, wrapping
+from . import failures, releases, schedules, settings, wrapping
 from .state import STATE
 
 FILE_NAME = "accelerate_warmup_patch.json"
@@ -104,6 +104,8 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
         result = wrapped(*args, **kwargs)
+        if not settings.record_wanted():  # ACCELERATE_WARMUP_PATCH_RECORD=off: no record (docs/mark.md)
+            return result
         mode = STATE.mode
         if mode is not None and instance is not None:
             try:
