@@ -410,8 +410,8 @@ def upstream_suite(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
-    """ruff, mypy, the README's support table regenerated from the guard table, and the share of test lines inside
-    string literals."""
+    """ruff, mypy, the generated tables (README, docs/how-it-works.md, docs/matrix.md) current with the guard table,
+    and the share of test lines inside string literals."""
     # mypy checks the lowest supported Python (pyproject: python_version): mypy 1.19 dropped 3.9, and
     # wrapt 2.x's own stubs declare nothing below 3.10, so wrapt is 1.x here (untyped: Any)
     session.install("ruff", "mypy<1.19", "wrapt<2", "pytest", "-e", ".")  # pytest: the unit tier's types

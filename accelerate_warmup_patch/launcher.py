@@ -25,7 +25,7 @@ from . import failures, log, releases, settings, wrapping
 
 MODULE = "deepspeed.launcher.multinode_runner"
 
-CARRIED = (settings.ENV_MODE, settings.ENV_STRICT)
+CARRIED = (settings.ENV_MODE, settings.ENV_STRICT, settings.ENV_RECORD)
 
 # Runners that write every export into one list argument, and the character that separates its items:
 # srun --export=ALL,NAME=VALUE,... splits at every comma, quoted or not, so a value holding one would

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import failures, record_data, releases, schedules, witness, wrapping
+from . import failures, record_data, releases, schedules, settings, witness, wrapping
 from .state import STATE
 
 FILE_NAME = record_data.RECORD_FILE
@@ -105,6 +105,8 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
         result = wrapped(*args, **kwargs)
+        if not settings.record_wanted():  # ACCELERATE_WARMUP_PATCH_RECORD=off: no record (docs/mark.md)
+            return result
         mode = STATE.mode
         if mode is not None and instance is not None:
             try:

@@ -2,8 +2,8 @@
 
 Every row names where its fact came from: the release's source at its tag, or a real run on
 this project's CI machine (CPU, torch 2.13). This module is the single source for the patch's
-decisions, ``doctor`` and ``status()``, the generated tables of README.md and docs/matrix.md
-(``tests/tables.py``) and the version matrix's checks (``tests/matrix.py``). The releases the
+decisions, ``doctor`` and ``status()``, the generated tables of README.md, docs/how-it-works.md and
+docs/matrix.md (``tests/tables.py``) and the version matrix's checks (``tests/matrix.py``). The releases the
 matrix installs are test tooling (``tests/tiers.py``). Standard library only.
 """
 
@@ -340,7 +340,7 @@ ADD_EXPORT_QUOTING: tuple[Fact[str], ...] = (
 
 # What the patch wraps --------------------------------------------------------------------
 # targets.py wraps what these rows name on the running release and mode (launcher.py the runner's, at its
-# module's import), and the README's "What is wrapped" table is generated from them (tests/tables.py).
+# module's import), and docs/how-it-works.md's "What is wrapped" table is generated from them (tests/tables.py).
 # accelerate's own code is not wrapped: accelerate and the HF Trainer build their engines through
 # deepspeed.initialize (accelerate's utils/deepspeed.py and Accelerator._prepare_deepspeed @ v0.29.3..v1.16.0).
 

@@ -1,4 +1,4 @@
-"""ACCELERATE_WARMUP_PATCH* parsing and validation, in one place.
+"""ACCELERATE_WARMUP_PATCH* parsing and validation, in one place (the mode, _STRICT, _RECORD).
 
 On the start-up path of every process of an armed image: imports nothing but ``os`` and ``types`` (already
 loaded by ``site``); ``logging`` is imported only to warn of a bad value.
@@ -9,6 +9,7 @@ from types import MappingProxyType
 
 ENV_MODE = "ACCELERATE_WARMUP_PATCH"
 ENV_STRICT = "ACCELERATE_WARMUP_PATCH_STRICT"
+ENV_RECORD = "ACCELERATE_WARMUP_PATCH_RECORD"
 
 
 class Mode:
@@ -32,6 +33,10 @@ DEFAULT = Mode.RESET  # what an import arms when ACCELERATE_WARMUP_PATCH is unse
 # the one spelling rule of ACCELERATE_WARMUP_PATCH_STRICT; __init__.py, which may not import this module at
 # start-up, spells the same tuple out
 _TRUE = ("1", "true", "on", "yes", "enable", "enabled")
+# ACCELERATE_WARMUP_PATCH_RECORD's spellings: the on and off words ACCELERATE_WARMUP_PATCH itself accepts
+_RECORD = MappingProxyType({**dict.fromkeys(_TRUE, True),
+                            **dict.fromkeys(("off", "0", "false", "no", "none", "disable", "disabled"), False)})
+RECORD_ACCEPTED = "on (or 1, true, yes, enable, enabled), off (or 0, false, no, none, disable, disabled)"
 
 
 class SettingsError(ValueError):
@@ -99,3 +104,25 @@ def env_setting() -> "tuple[str | None, bool]":
         return None, True
     mode = lookup(value)
     return (Mode.OFF if mode is None else mode), mode is not None
+
+
+def record_wanted() -> bool:
+    """Whether an armed job writes its record beside each checkpoint (ACCELERATE_WARMUP_PATCH_RECORD; docs/mark.md).
+
+    Unset or blank: yes. ``off`` (or 0, false, ...): no. A value we do not accept keeps the record, with one warning
+    per job (strict mode raises SettingsError instead): the record is what lets ``audit`` prove a run fixed,
+    so a mistyped ``off`` must not leave a fixed run looking like an unpatched one."""
+    value = os.environ.get(ENV_RECORD, "")
+    if not value.strip():
+        return True
+    wanted = _RECORD.get(value.strip().lower())
+    if wanted is not None:
+        return wanted
+    line = (f"{ENV_RECORD}={value!r} is not one of: {RECORD_ACCEPTED}; the record is still written beside each "
+            f"checkpoint: set {ENV_RECORD} to one of these")
+    if strict():
+        raise SettingsError(line)
+    from . import log  # loads logging: only a bad value pays for it
+
+    log.warn_job_once(f"settings:{ENV_RECORD}={value!r}", "%s", line)  # said by rank 0, the rank that writes
+    return True

@@ -1,4 +1,5 @@
-"""The README's quick-start lines, and the exact command a test runs for each (only a port option added)."""
+"""The README's shell lines (the launch lines of "Turn it on" among them), and the exact command a test runs for each
+(only a port option added)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,14 @@ PORT_OPTION = {"torchrun": "--master_port", "deepspeed": "--master_port", "accel
 
 
 def lines() -> list[str]:
-    """The quick start's shell lines, every block of the section, comments dropped."""
+    """The README's shell lines, every ```sh block of it, comments dropped."""
     text = README.read_text()
-    section = text[text.index("## Quick start"):].split("\n## ", 1)[0]
-    blocks = [block.split("```", 1)[0] for block in section.split("```sh\n")[1:]]
+    blocks = [block.split("```", 1)[0] for block in text.split("```sh\n")[1:]]
     return [line.split("  #")[0].strip() for block in blocks for line in block.splitlines() if line.strip()]
 
 
 def line(start: str) -> str:
-    """The quick-start line ``start``, or the one line that starts with it."""
+    """The README's line ``start``, or the one line that starts with it."""
     found = [x for x in lines() if x == start] or [x for x in lines() if x.startswith(start)]
     assert len(found) == 1, (start, lines())
     return found[0]

@@ -1,4 +1,4 @@
-"""The ``train.py`` of the README's quick start: each launch line there runs this file (tests/test_quickstart.py,
+"""The ``train.py`` of the README's launch lines ("Turn it on"): each runs this file (tests/test_quickstart.py,
 tests/test_launchers.py), on CPU, armed by the environment alone (the script never imports the package).
 
     torchrun ... train.py --deepspeed ds_config.json   one rank of the HF Trainer with a DeepSpeed config (a tiny

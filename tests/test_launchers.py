@@ -1,4 +1,4 @@
-"""Real 2-rank CPU launches (gloo) armed by the environment alone, through each launcher: the README's quick-start
+"""Real 2-rank CPU launches (gloo) armed by the environment alone, through each launcher: the README's launch
 lines as written (tests/quickstart.py), ``train.py`` being tests/quickstart_train.py, with a port option added."""
 
 from __future__ import annotations

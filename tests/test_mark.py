@@ -183,6 +183,15 @@ def test_a_record_that_cannot_be_written_is_one_warning_and_the_checkpoint_stand
     assert sorted(p.name for p in tag.iterdir() if p.name.startswith(f".{RECORD}")) == []  # no temporary file left
 
 
+def test_with_the_record_off_an_armed_save_writes_none(tmp_path):
+    # ACCELERATE_WARMUP_PATCH_RECORD=off, for a store that must hold nothing else: the checkpoint as always, no record
+    run_specs(Spec(steps=1, patch="before", mode="reset", save_to=str(tmp_path / "off")),
+              env={"ACCELERATE_WARMUP_PATCH_RECORD": "off"})
+    assert (tmp_path / "off" / "ckpt" / "mp_rank_00_model_states.pt").is_file()
+    assert (tmp_path / "off" / "latest").read_text() == "ckpt"
+    assert not [p for p in (tmp_path / "off").rglob("*") if p.name.endswith(RECORD)]
+
+
 # Loading: a marked checkpoint as an unmarked one ----------------------------------------------------------------
 
 @pytest.mark.parametrize("armed", ["unarmed", "armed"])

@@ -1,4 +1,4 @@
-"""The README's quick start, line by line: every launch line is run by a test, as written (a port option aside)."""
+"""The README's launch lines, line by line: every one is run by a test, as written (a port option aside)."""
 
 from __future__ import annotations
 

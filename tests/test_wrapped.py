@@ -1,4 +1,5 @@
-"""The README's "What is wrapped" table is what the patch wraps: releases.WRAPPED, on the installed release."""
+"""docs/how-it-works.md's "What is wrapped" table is what the patch wraps: releases.WRAPPED, on the installed
+release."""
 
 from __future__ import annotations
 

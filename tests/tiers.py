@@ -14,7 +14,7 @@ def _series(minor_to_last_patch: dict[str, int]) -> tuple[str, ...]:
 
 
 # Every release on the package registry in each range (pip index versions deepspeed, 2026-11-29).
-# engine tier: a real engine runs on CPU with torch 2.13; scheduler tier: it does not (see README).
+# engine tier: a real engine runs on CPU with torch 2.13; scheduler tier: it does not (how-it-works.md#limitations).
 # 0.14.0-0.14.3 are scheduler tier: their deepspeed/elasticity/elastic_agent.py imports `log`
 # (0.14.0) and `_get_socket_with_port` (0.14.0-0.14.3) from torch.distributed.elastic.agent.server.api,
 # which torch 2.13 no longer has (real runs; 0.14.4 dropped both imports).

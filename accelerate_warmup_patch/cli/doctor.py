@@ -183,8 +183,8 @@ def multinode(deepspeed: str | None, active: dict[str, Any]) -> dict[str, Any]:
                "it; sitecustomize alone arms the patch but leaves the nodes to their own environment")
     else:
         carries = True
-        why = (f"the deepspeed launcher exports {settings.ENV_MODE} (and {settings.ENV_STRICT} when set) with the "
-               "launching shell's values")
+        why = (f"the deepspeed launcher exports {settings.ENV_MODE} (and {settings.ENV_STRICT} and "
+               f"{settings.ENV_RECORD} when set) with the launching shell's values")
         if level is releases.Support.UNTESTED:
             why += f"; DeepSpeed {deepspeed} is untested: the runners of {releases.NEWEST_DEEPSPEED} are assumed"
     return {"carries": carries, "why": why, "runners": runners}

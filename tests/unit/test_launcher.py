@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from accelerate_warmup_patch import launcher
-from accelerate_warmup_patch.settings import ENV_MODE, ENV_STRICT
+from accelerate_warmup_patch.settings import ENV_MODE, ENV_RECORD, ENV_STRICT
 
 
 class MultiNodeRunner:
@@ -67,6 +67,7 @@ HARD = "reset; touch /tmp/x 'q' \"d\" $HOME"  # what a shell on the node would r
 def _unset(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.delenv(ENV_MODE, raising=False)
     monkeypatch.delenv(ENV_STRICT, raising=False)
+    monkeypatch.delenv(ENV_RECORD, raising=False)
     caplog.set_level(logging.DEBUG, logger="accelerate_warmup_patch")
 
 
@@ -232,3 +233,16 @@ def test_exports_that_are_not_a_dict_are_an_error_for_the_wrapper_to_report(
     runner.exports = []  # type: ignore[assignment]
     with pytest.raises(TypeError, match=r"PDSHRunner\.exports is a list, not a dict"):
         launcher.carry(runner)
+
+
+@pytest.mark.parametrize("runner_class", [PDSHRunner, OpenMPIRunner, SlurmRunner])
+def test_the_record_setting_reaches_every_node_as_the_switch_does(runner_class: type[MultiNodeRunner],
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 deepspeed_release: Callable[[str], None]) -> None:
+    # rank 0 (or each node's local rank 0) writes the record: under pdsh it runs on a node the shell never reached
+    deepspeed_release("0.15.2")
+    monkeypatch.setenv(ENV_MODE, "reset")
+    monkeypatch.setenv(ENV_RECORD, "off")
+    runner = runner_class()
+    assert launcher.carry(runner) == {ENV_MODE: "reset", ENV_RECORD: "off"}
+    assert runner.exports == {ENV_MODE: "reset", ENV_RECORD: "off"}

@@ -1,4 +1,4 @@
-"""ACCELERATE_WARMUP_PATCH and ACCELERATE_WARMUP_PATCH_STRICT: every spelling, blank, unknown, strict, precedence.
+"""ACCELERATE_WARMUP_PATCH, _STRICT and _RECORD: every spelling, blank, unknown, strict, precedence.
 
 The real-interpreter tests (tests/test_activation.py) keep one value of each kind, read at start-up by the .pth;
 the value rules themselves are here.
@@ -11,7 +11,7 @@ import logging
 import pytest
 
 from accelerate_warmup_patch import settings
-from accelerate_warmup_patch.settings import ENV_MODE, ENV_STRICT, Mode
+from accelerate_warmup_patch.settings import ENV_MODE, ENV_RECORD, ENV_STRICT, Mode
 
 RESET_SPELLINGS = ["reset", "1", "true", "on", "yes", "enable", "enabled"]
 OFF_SPELLINGS = ["off", "0", "false", "no", "none", "disable", "disabled"]
@@ -30,6 +30,7 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 def _unset(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.delenv(ENV_MODE, raising=False)
     monkeypatch.delenv(ENV_STRICT, raising=False)
+    monkeypatch.delenv(ENV_RECORD, raising=False)
     caplog.set_level(logging.INFO, logger="accelerate_warmup_patch")
 
 
@@ -160,3 +161,63 @@ def test_a_callers_mode_not_accepted_raises_under_strict(monkeypatch: pytest.Mon
     monkeypatch.setenv(ENV_STRICT, "1")
     with pytest.raises(settings.SettingsError, match=r"apply\(mode=...\)='rset'"):
         settings.resolve("rset")
+
+
+# ACCELERATE_WARMUP_PATCH_RECORD: whether an armed job writes its record beside each checkpoint (docs/mark.md)
+
+RECORD_ON = [v for v in RESET_SPELLINGS if v != "reset"]  # the on words of ACCELERATE_WARMUP_PATCH itself
+
+
+def test_the_record_is_written_when_the_setting_is_unset(caplog: pytest.LogCaptureFixture) -> None:
+    assert settings.record_wanted() is True
+    assert _warnings(caplog) == []
+
+
+@pytest.mark.parametrize("value", BLANK)
+def test_a_blank_record_setting_is_unset(value: str, monkeypatch: pytest.MonkeyPatch,
+                                         caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv(ENV_RECORD, value)
+    assert settings.record_wanted() is True
+    assert _warnings(caplog) == []
+
+
+@pytest.mark.parametrize(("value", "wanted"), [*((v, True) for v in RECORD_ON), *((v, False) for v in OFF_SPELLINGS)])
+def test_the_record_setting_takes_the_on_and_off_words_of_the_switch_in_any_case_and_padding(
+        value: str, wanted: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    for spelling in (value, value.upper(), value.capitalize(), f"  {value}\t", f"\n{value.upper()} "):
+        monkeypatch.setenv(ENV_RECORD, spelling)
+        assert settings.record_wanted() is wanted, spelling
+    assert _warnings(caplog) == []
+
+
+def test_the_record_settings_message_lists_exactly_its_spellings() -> None:
+    listed = settings.RECORD_ACCEPTED.replace("(or ", "").replace(")", "").replace(",", " ").split()
+    assert sorted(listed) == sorted([*RECORD_ON, *OFF_SPELLINGS])
+
+
+@pytest.mark.parametrize("value", ["of", "offf", "o f f", "reset", "warn", "2", "nope", "off,on"])
+def test_a_record_setting_not_accepted_keeps_the_record_with_one_warning(
+        value: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # the record is what lets audit prove a run fixed: a mistyped "off" must not quietly drop that proof
+    monkeypatch.setenv(ENV_RECORD, value)
+    assert [settings.record_wanted() for _ in range(3)] == [True] * 3  # a save each: one warning
+    warnings = _warnings(caplog)
+    assert len(warnings) == 1, warnings
+    assert f"{ENV_RECORD}={value!r}" in warnings[0] and settings.RECORD_ACCEPTED in warnings[0]
+    assert "the record is still written" in warnings[0]
+
+
+def test_a_record_setting_not_accepted_is_an_error_under_strict(monkeypatch: pytest.MonkeyPatch,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv(ENV_RECORD, "offf")
+    monkeypatch.setenv(ENV_STRICT, "1")
+    with pytest.raises(settings.SettingsError, match=f"{ENV_RECORD}='offf'"):
+        settings.record_wanted()
+    monkeypatch.setenv(ENV_RECORD, "off")
+    assert settings.record_wanted() is False  # an accepted value is no error
+    assert _warnings(caplog) == []
+
+
+def test_the_record_setting_changes_no_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_RECORD, "off")
+    assert settings.env_mode() is None and settings.resolve(None) == Mode.RESET

@@ -1,0 +1,176 @@
+"""The docs, checked like code: every relative link resolves, every command line the README shows exists, and
+every ACCELERATE_WARMUP_PATCH* variable the docs name is one settings.py reads.
+
+Standard library only: the CLI's parser is built (``cli.main._parser()``) and asked for each command's ``--help``;
+no command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+from accelerate_warmup_patch import settings
+from accelerate_warmup_patch.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+PAGES = sorted([README, ROOT / "CONTRIBUTING.md", *(ROOT / "docs").glob("*.md")])
+
+FENCE = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1[^\n]*$", re.M | re.S)
+CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)
+HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"")
+COMMAND = re.compile(r"(?:accelerate-warmup-patch|python3? -m accelerate_warmup_patch)\s+(\w+)((?:\s+[^\s|;&#]+)*)")
+BARE_COMMAND = re.compile(r"^(doctor|status|demo|audit)((?:\s+[^\s|;&#]+)*)$")
+FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
+VARIABLE = re.compile(r"\bACCELERATE_WARMUP_PATCH\w*")
+
+
+def _prose(text: str) -> str:
+    """``text`` without its fenced blocks and code spans: where a markdown link can be."""
+    return CODE_SPAN.sub("", FENCE.sub("", text))
+
+
+def _code(text: str) -> list[str]:
+    """Each line of every fenced block (its comments dropped) and every code span of ``text``."""
+    pieces = []
+    for block in FENCE.finditer(text):
+        pieces += [line.split("  #")[0] for line in block.group(0).splitlines()[1:-1]]
+    pieces += [span.group(2) for span in CODE_SPAN.finditer(FENCE.sub("", text))]
+    return pieces
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: markup dropped, lower case, punctuation out, each space a hyphen."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link in a heading: its text
+    text = re.sub(r"[^\w\- ]", "", text.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    """Every anchor a link may name in ``page``: its headings' (a repeated one gets -1, -2, ...) and explicit ones."""
+    text = page.read_text(encoding="utf-8")
+    found: set[str] = set(HTML_ANCHOR.findall(text))
+    seen: dict[str, int] = {}
+    for heading in HEADING.findall(FENCE.sub("", text)):
+        base = slug(heading)
+        count = seen.get(base, 0)
+        seen[base] = count + 1
+        found.add(base if count == 0 else f"{base}-{count}")
+    return found
+
+
+def links(page: Path) -> list[str]:
+    """The relative links of ``page`` (not a URL, not mailto)."""
+    targets = LINK.findall(_prose(page.read_text(encoding="utf-8")))
+    return [t for t in targets if not re.match(r"^[a-z][a-z0-9+.-]*:", t, re.I)]
+
+
+def commands(text: str) -> list[tuple[str, list[str]]]:
+    """Each ``accelerate-warmup-patch COMMAND ...`` the text's code shows (or a code span that starts with a command's
+    name, as ``doctor --config``), with the flags written after it."""
+    found = []
+    for piece in _code(text):
+        for match in COMMAND.finditer(piece):
+            found.append((match.group(1), FLAG.findall(match.group(2))))
+        bare = BARE_COMMAND.match(piece.strip())
+        if bare:
+            found.append((bare.group(1), FLAG.findall(bare.group(2))))
+    return found
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = main._parser()
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
+
+
+def _in_help(flag: str, parser: argparse.ArgumentParser) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", parser.format_help()) is not None
+
+
+# Links -----------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_resolves_to_a_file_and_its_anchor(page: Path) -> None:
+    broken = []
+    for target in links(page):
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists():
+            broken.append(f"{target}: no {file.relative_to(ROOT) if file.is_relative_to(ROOT) else file}")
+        elif anchor and file.suffix == ".md" and anchor not in anchors(file):
+            broken.append(f"{target}: no heading with the anchor #{anchor} in {file.relative_to(ROOT)}")
+    assert broken == [], broken
+
+
+def test_the_link_checker_sees_links_and_only_links() -> None:
+    text = "See [a](docs/a.md#b), ![p](x.png \"t\") and [u](https://x.y). `[no](c.md)`\n```sh\n[no](d.md)\n```\n"
+    assert LINK.findall(_prose(text)) == ["docs/a.md#b", "x.png", "https://x.y"]
+    assert slug("`audit`: were finished runs hurt?") == "audit-were-finished-runs-hurt"
+    assert slug("How each wrapper acts, per release (decided by `releases.py`)") == \
+        "how-each-wrapper-acts-per-release-decided-by-releasespy"
+
+
+# Commands --------------------------------------------------------------------------------------------------------
+
+def test_the_readme_shows_every_command_and_the_checker_finds_them() -> None:
+    shown = {name for name, _ in commands(README.read_text(encoding="utf-8"))}
+    assert shown == set(_subcommands()), shown
+
+
+def test_every_flag_the_readme_shows_is_in_its_commands_help() -> None:
+    subcommands = _subcommands()
+    missing = []
+    for name, flags in commands(README.read_text(encoding="utf-8")):
+        assert name in subcommands, f"accelerate-warmup-patch {name}: no such command"
+        missing += [f"{name} {flag}" for flag in flags
+                    if not _in_help(flag, subcommands[name])]
+    assert missing == [], missing
+
+
+def test_every_flag_the_readme_shows_alone_is_some_commands() -> None:
+    # a code span such as `--live` or `--lr 1e-3`, in a sentence about a command
+    subcommands = _subcommands()
+    alone = {FLAG.findall(piece)[0] for piece in _code(README.read_text(encoding="utf-8"))
+             if piece.strip().startswith("--")}
+    assert alone, "the README shows no flag alone: the check reads nothing"
+    missing = [flag for flag in sorted(alone)
+               if not any(_in_help(flag, sub) for sub in subcommands.values())]
+    assert missing == [], missing
+
+
+def test_the_command_checker_reads_sh_lines_and_code_spans() -> None:
+    text = ("Run `doctor --config FILE` or `RUN accelerate-warmup-patch doctor --strict`.\n```sh\n"
+            "accelerate-warmup-patch audit --json /runs | jq .   # not --jobs\n"
+            "python -m accelerate_warmup_patch demo -v\n```\n")
+    assert sorted(commands(text)) == [("audit", ["--json"]), ("demo", ["-v"]), ("doctor", ["--config"]),
+                                      ("doctor", ["--strict"])]
+
+
+def test_every_extra_the_readme_names_is_in_pyproject() -> None:
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    section = pyproject.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+    extras = set(re.findall(r"^(\w[\w-]*)\s*=", section, re.M))
+    named = {m for piece in _code(README.read_text(encoding="utf-8")) for m in re.findall(r"\[(\w[\w-]*)\]", piece)}
+    assert named - extras == set(), named
+
+
+# Environment variables ---------------------------------------------------------------------------------------
+
+def test_every_variable_the_docs_name_is_one_settings_reads() -> None:
+    known = {value for name, value in vars(settings).items() if name.startswith("ENV_")}
+    assert {"ACCELERATE_WARMUP_PATCH", "ACCELERATE_WARMUP_PATCH_STRICT", "ACCELERATE_WARMUP_PATCH_RECORD"} <= known
+    unknown = {f"{page.relative_to(ROOT)}: {name}" for page in PAGES
+               for name in VARIABLE.findall(page.read_text(encoding="utf-8")) if name not in known}
+    assert unknown == set(), unknown
+
+
+def test_the_readme_names_every_variable_settings_reads() -> None:
+    known = {value for name, value in vars(settings).items() if name.startswith("ENV_")}
+    assert known <= set(VARIABLE.findall(README.read_text(encoding="utf-8")))
