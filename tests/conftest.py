@@ -33,6 +33,27 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'conftest' has no attribute {name!r}")
 
 
+def bare_audit(folder: Path) -> Any:
+    """``audit`` as an admin's machine without torch runs it: ``python -S -m accelerate_warmup_patch audit ARGS``
+    with a copy of the package alone on its path (in ``folder``), and no PYTHON* or ACCELERATE_WARMUP_PATCH*
+    variable. Returns a function of the arguments that returns the finished process."""
+    import importlib.util
+    import shutil
+
+    spec = importlib.util.find_spec("accelerate_warmup_patch")  # found, not imported: importing arms the patch
+    assert spec is not None and spec.origin
+    shutil.copytree(Path(spec.origin).parent, folder / "accelerate_warmup_patch",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "ACCELERATE_WARMUP_PATCH"))}
+    env["PYTHONPATH"] = str(folder)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-S", *args], env=env, cwd=folder, capture_output=True, text=True,
+                              timeout=300)
+
+    return run
+
+
 def session_ccache() -> dict[str, str]:
     """The nox session's compiler cache settings (noxfile.py's _own_op_folder), where it has them: a rank that
     ssh, MPI or Slurm starts has only the variables its test carries, and without these it compiles

@@ -10,7 +10,6 @@ copy of the package alone on its path: no torch, deepspeed, wrapt or accelerate 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -21,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import GOLDEN, Spec, installed, run_specs
+from conftest import GOLDEN, Spec, bare_audit, installed, run_specs
 
 from accelerate_warmup_patch import releases
 
@@ -48,18 +47,7 @@ RUNS: dict[str, Spec] = {
 @pytest.fixture(scope="module")
 def audit(tmp_path_factory: pytest.TempPathFactory) -> Audit:
     """`python -S -m accelerate_warmup_patch audit ...` with a copy of the package alone on its path."""
-    folder = tmp_path_factory.mktemp("bare")
-    spec = importlib.util.find_spec("accelerate_warmup_patch")  # found, not imported: importing arms the patch
-    assert spec is not None and spec.origin
-    shutil.copytree(Path(spec.origin).parent, folder / "accelerate_warmup_patch",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "ACCELERATE_WARMUP_PATCH"))}
-    env["PYTHONPATH"] = str(folder)
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-S", *args], env=env, cwd=folder, capture_output=True, text=True,
-                              timeout=300)
-
+    run = bare_audit(tmp_path_factory.mktemp("bare"))
     probe = run("-c", "import importlib.util as u; print([m for m in ('torch', 'deepspeed', 'wrapt', 'accelerate', "
                 "'transformers') if u.find_spec(m)])")
     assert probe.stdout.strip() == "[]", probe  # the audit below cannot import any of them

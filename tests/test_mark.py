@@ -8,18 +8,14 @@ one armed: a record changes nothing a user sees when loading. Then `audit` reads
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import shutil
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Spec, installed, run_specs
+from conftest import Spec, bare_audit, installed, run_specs
 from harness import USER_CLIENT_STATE
 
 from accelerate_warmup_patch import releases
@@ -223,16 +219,9 @@ def audited(saved: tuple[Path, dict[str, Any]], tmp_path_factory: pytest.TempPat
     """`python -S -m accelerate_warmup_patch audit --json` of every saved run, with a copy of the package alone on
     its path (no torch, no DeepSpeed): each run's report, by name."""
     root, _ = saved
-    folder = tmp_path_factory.mktemp("bare")
-    spec = importlib.util.find_spec("accelerate_warmup_patch")
-    assert spec is not None and spec.origin
-    shutil.copytree(Path(spec.origin).parent, folder / "accelerate_warmup_patch",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "ACCELERATE_WARMUP_PATCH"))}
     names = ["unpatched", "warn", "step", "reset", "accelerate", "trainer"]
-    proc = subprocess.run([sys.executable, "-S", "-m", "accelerate_warmup_patch", "audit", "--json",
-                           *(str(root / name) for name in names)], env={**env, "PYTHONPATH": str(folder)},
-                          cwd=folder, capture_output=True, text=True, timeout=300)
+    proc = bare_audit(tmp_path_factory.mktemp("bare"))("-m", "accelerate_warmup_patch", "audit", "--json",
+                                                       *(str(root / name) for name in names))
     reports = json.loads(proc.stdout)
     return {"returncode": proc.returncode, **dict(zip(names, reports))}
 

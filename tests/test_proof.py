@@ -10,7 +10,6 @@ step-0 lr is asserted against it and against 0.19.8's step 0 (warmup_min_lr, 0.0
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -23,7 +22,7 @@ from typing import Any
 
 import ports
 import pytest
-from conftest import CHILDREN, Spec, run_child, run_specs
+from conftest import CHILDREN, Spec, bare_audit, run_child, run_specs
 
 RECORD = "accelerate_warmup_patch.json"
 NEWEST_STEP0 = 0.0  # WarmupLR-linear's warmup_min_lr: what 0.19.8 runs step 0 at
@@ -73,16 +72,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list
 def audited(runs: tuple[Path, dict[str, list[float]]], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """`python -S -m accelerate_warmup_patch audit --json` of every run folder, the package alone on the path."""
     root, truth = runs
-    bare = tmp_path_factory.mktemp("bare")
-    spec = importlib.util.find_spec("accelerate_warmup_patch")
-    assert spec is not None and spec.origin
-    shutil.copytree(Path(spec.origin).parent, bare / "accelerate_warmup_patch",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "ACCELERATE_WARMUP_PATCH"))}
     names = sorted(truth)
-    proc = subprocess.run([sys.executable, "-S", "-m", "accelerate_warmup_patch", "audit", "--json",
-                           *(str(root / name) for name in names)], env={**env, "PYTHONPATH": str(bare)},
-                          cwd=bare, capture_output=True, text=True, timeout=300)
+    proc = bare_audit(tmp_path_factory.mktemp("bare"))("-m", "accelerate_warmup_patch", "audit", "--json",
+                                                       *(str(root / name) for name in names))
     return dict(zip(names, json.loads(proc.stdout)))
 
 

@@ -10,6 +10,7 @@ an argparse.Namespace, tensors of the right shape and dtype).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import io
 import json
@@ -322,3 +323,22 @@ def write_zip_member(path: Path, *, name: str = "archive/data.pkl", prefix: byte
         out.write(struct.pack("<4sIQI", b"PK\x06\x07", 0, end64_at, 1))
         out.write(struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, 1, 1, len(entry), 0xFFFFFFFF, 0))
     return path
+
+
+# The audit run in this interpreter ---------------------------------------------------------------------------
+
+def audit(*paths: Path, text: bool = False) -> tuple[int, Any]:
+    """``audit PATH...`` through its ``main``: the exit code and the JSON list (``text``: the text output)."""
+    from accelerate_warmup_patch.cli import audit as audit_cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = audit_cli.main([str(p) for p in paths], as_json=not text)
+    return code, (out.getvalue() if text else json.loads(out.getvalue()))
+
+
+def one(path: Path) -> tuple[int, dict[str, Any]]:
+    """The exit code and the one report of ``path``."""
+    code, reports = audit(path)
+    assert len(reports) == 1, reports
+    return code, reports[0]

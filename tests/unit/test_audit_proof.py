@@ -6,8 +6,6 @@ warmup_min_lr 0.0.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 import shutil
@@ -20,9 +18,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[2]))
 import audit_files as files
+from audit_files import audit, one
 
 from accelerate_warmup_patch import record_data, witness
-from accelerate_warmup_patch.cli import audit as audit_cli
 from accelerate_warmup_patch.cli.audit import find
 from accelerate_warmup_patch.state import STATE
 
@@ -62,19 +60,6 @@ def patched_run(save_dir: Path, step0: dict[str, Any], *, tag: str = "global_ste
     write_record(folder, record2(folder, step0, deepspeed=version, global_steps=global_steps,
                                  scheduler=(scheduler or {"type": "WarmupLR"})["type"], **record))
     return folder
-
-
-def audit(*paths: Path, text: bool = False) -> tuple[int, Any]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        code = audit_cli.main([str(p) for p in paths], as_json=not text)
-    return code, (out.getvalue() if text else json.loads(out.getvalue()))
-
-
-def one(path: Path) -> tuple[int, dict[str, Any]]:
-    code, reports = audit(path)
-    assert len(reports) == 1, reports
-    return code, reports[0]
 
 
 # The binding ------------------------------------------------------------------------------------------------

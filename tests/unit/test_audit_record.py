@@ -7,8 +7,6 @@ optimizer's lr 0.001, 0.19.8 at warmup_min_lr 0.0) and 0.19.8, written with the 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import sys
@@ -20,8 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[2]))
 import audit_files as files
-
-from accelerate_warmup_patch.cli import audit as audit_cli
+from audit_files import audit, one
 
 
 def record(step0: str | None, before: list[float] | None = None, after: list[float] | None = None,
@@ -31,19 +28,6 @@ def record(step0: str | None, before: list[float] | None = None, after: list[flo
                                             "lrs_after": after, "why": "one plain sentence"}
     return {"record": 1, "package": "accelerate-warmup-patch", "version": "0.5.0", "mode": mode,
             "deepspeed": deepspeed, "reference": "0.19.8", "global_steps": 6, "scheduler": scheduler, **extra}
-
-
-def audit(*paths: Path, text: bool = False) -> tuple[int, Any]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        code = audit_cli.main([str(p) for p in paths], as_json=not text)
-    return code, (out.getvalue() if text else json.loads(out.getvalue()))
-
-
-def one(path: Path) -> tuple[int, dict[str, Any]]:
-    code, reports = audit(path)
-    assert len(reports) == 1, reports
-    return code, reports[0]
 
 
 def test_a_record_1_saying_fixed_clears_nothing_it_is_bound_to_no_file(tmp_path: Path) -> None:
