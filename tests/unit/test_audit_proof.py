@@ -338,3 +338,23 @@ def test_an_observed_step0_without_the_patchs_reference_is_held_against_the_tabl
     code, reports = audit(tmp_path / "hurt", tmp_path / "left")
     assert [(r["verdict"], r["newest_step0_lr"]) for r in reports] == [("affected", 0.0), ("not affected", 0.0)]
     assert code == 1
+
+
+def test_a_warned_run_whose_step0_was_right_but_whose_peak_was_not_is_affected(tmp_path: Path) -> None:
+    # 0.16.0 starts WarmupLR at warmup_min_lr as 0.19.8 does, but without warmup_max_lr it peaks at 0.001, where
+    # 0.19.8 peaks at the optimizer's lr (0.01 here): step 0 ran right, every later warmup step did not
+    no_peak = {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_num_steps": 5}}
+    patched_run(tmp_path / "run", observed([0.0], [0.0], deepspeed="0.16.0", patch_did="warned"), version="0.16.0",
+                scheduler=no_peak, lr=0.01, mode="warn")
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "affected" and code == 1, report
+    assert "warmup_max_lr" in report["why"] and report["step0_lr"] == 0.0, report
+
+
+def test_a_reset_run_whose_peak_the_patch_fixed_is_not_affected(tmp_path: Path) -> None:
+    # the same run in reset mode: the patch gave it 0.19.8's peak as well (its process ran the fixes)
+    no_peak = {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_num_steps": 5}}
+    patched_run(tmp_path / "run", observed([0.0], [0.0], deepspeed="0.16.0"), version="0.16.0", scheduler=no_peak,
+                lr=0.01)
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "not affected" and code == 0, report

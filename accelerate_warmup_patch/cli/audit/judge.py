@@ -131,6 +131,8 @@ def _newest_bound_record(run: Run, read: dict[PurePath, Save], report: dict[str,
 # The step-0 verdict from a bound record's chain -------------------------------------------------------------
 
 _WORST = {NOT_AFFECTED: 0, UNKNOWN: 1, AFFECTED: 2}
+# the guard table's changes that decide only the lr step 0 runs at (the chain tells that step)
+_STEP0_ONLY = ("start", "get_lr_before_start", "ratio_before_start")
 
 
 def _judge_from_chain(report: dict[str, Any], chain: Save, scheduler: str, params: dict[str, Any],
@@ -252,19 +254,26 @@ def _from_table(report: dict[str, Any], scheduler: str, params: dict[str, Any], 
 
 def _later_changes(report: dict[str, Any], scheduler: str, params: dict[str, Any],
                    newest: Save) -> tuple[str, str] | None:
-    """The backported change the last steps meet (the cosine past total_num_steps) on the newest save's release,
-    where the process that wrote that save ran unpatched."""
+    """The backported changes the steps after step 0 meet (a default peak, the cosine past total_num_steps, ...)
+    on the newest save's release, where the process that wrote that save ran unpatched (a warn-mode process, or one
+    with no bound record): the worst of them, each named; None where none applied."""
     if scheduler not in releases.scheduler_classes():
         return None
-    for change in [c for c in _differences(scheduler, newest.version, params) if c.key == "ratio_past_warmup"]:
+    found: list[tuple[str, str]] = []
+    for change in _differences(scheduler, newest.version, params):
+        if change.key in _STEP0_ONLY:
+            continue  # the chain's step 0 above
         applied, how = _applied(change, report, params, newest.version)
         if applied:
             report["differences"].append(f"{config_facts.label(change)}: {how} (in the newest save's process, "
                                          f"{newest.tag.name}, which ran unpatched)")
-            return AFFECTED, report["differences"][-1]
-        if applied is None:
-            return UNKNOWN, f"{config_facts.label(change)}: {how}"
-    return None
+            found.append((AFFECTED, report["differences"][-1]))
+        elif applied is None:
+            found.append((UNKNOWN, f"{config_facts.label(change)}: {how}"))
+    if not found:
+        return None
+    worst = max((verdict for verdict, _ in found), key=_WORST.__getitem__)
+    return worst, "; ".join(why for _, why in found)
 
 
 # A claim: record 1, or a record 2 that says it is unbound --------------------------------------------------
@@ -364,7 +373,7 @@ def _judge(report: dict[str, Any], scheduler: str, params: dict[str, Any], versi
     last_steps = [c for c in _differences(scheduler, newest_version, params) if c.key == "ratio_past_warmup"]
     for change in [c for c in _differences(scheduler, version, params) if c.key != "ratio_past_warmup"] + \
             (last_steps if later else []):
-        if change.key in ("start", "get_lr_before_start", "ratio_before_start"):
+        if change.key in _STEP0_ONLY:
             continue  # the step-0 lrs above
         applied, how = _applied(change, report, params, version)
         if applied is None:
