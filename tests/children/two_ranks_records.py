@@ -39,3 +39,5 @@ first = train(2, None, os.path.join(OUT, "run"))
 second = train(1, os.path.join(OUT, "run"), os.path.join(OUT, "resumed"))
 with open(os.path.join(OUT, f"rank{os.environ['RANK']}.json"), "w") as out:
     json.dump({"run": first, "resumed": second}, out)
+torch.distributed.barrier()
+torch.distributed.destroy_process_group()  # CPU DeepSpeed can abort at exit without it (seen here on 0.19.8)
