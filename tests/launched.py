@@ -8,7 +8,9 @@ Each rank also writes ``env-rank<r>.json``: the switch it received, its node (``
 DeepSpeed's pdsh launch) and host name, whether ssh started it, and how the package was armed in it. Under mpirun
 and srun the rank comes from the MPI or Slurm variables until DeepSpeed sets ``RANK`` (its
 ``mpi_discovery``, through mpi4py, on the port in ``MASTER_PORT``).
-``--env-only`` writes just that (nothing imported, nothing wrapped) and does not train.
+``--env-only`` writes just that (nothing imported, nothing wrapped) and does not train. ``--node-local-save`` saves
+a checkpoint with ``checkpoint.use_node_local_storage`` into ``$AWP_LAUNCH_OUT/node<CROSS_RANK>``: each node's folder
+of its own, as node-local disks are.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ def _rows_deepspeed() -> list[list[float | None]]:
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 4)
     config = _config()
+    node_local = "--node-local-save" in sys.argv
+    if node_local:
+        config["checkpoint"] = {"use_node_local_storage": True}
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=list(model.parameters()), config=config)
     rows = []
     for _ in range(4):
@@ -36,6 +41,9 @@ def _rows_deepspeed() -> list[list[float | None]]:
         engine.backward(loss)
         rows.append([float(g["lr"]) for g in engine.optimizer.param_groups])  # what step() will use
         engine.step()
+    if node_local:
+        engine.save_checkpoint(os.path.join(os.environ["AWP_LAUNCH_OUT"], f"node{os.environ['CROSS_RANK']}"),
+                               tag="ckpt")
     return rows
 
 

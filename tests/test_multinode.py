@@ -20,14 +20,15 @@ from pathlib import Path
 import ports
 import pytest
 import sshd
-from conftest import HERE, installed, session_ccache
+from conftest import HERE, bare_audit, installed, session_ccache
 from ports import port
 
 from accelerate_warmup_patch import releases
 
 BIN = Path(sys.executable).parent
 SSHD_PORT = port(ports.MULTINODE_SSHD)
-TRAIN_PORT, ENV_PORT = port(ports.MULTINODE_TRAIN), port(ports.MULTINODE_ENV)
+TRAIN_PORT, ENV_PORT, RECORDS_PORT = (port(ports.MULTINODE_TRAIN), port(ports.MULTINODE_ENV),
+                                      port(ports.MULTINODE_RECORDS))
 DEEPSPEED = installed("deepspeed")
 RANKS = [{"node": "0", "rank": "0"}, {"node": "1", "rank": "1"}]
 
@@ -209,3 +210,22 @@ def test_off_in_the_launching_shell_is_carried_to_every_node(hostfile):
     cmds, _ = _cmds(hostfile, {"ACCELERATE_WARMUP_PATCH": "off"})
     for runner, fact in FACTS.items():
         assert _carries(cmds[runner], fact.value.launcher, "ACCELERATE_WARMUP_PATCH", "off"), (runner, cmds[runner])
+
+
+def test_with_node_local_storage_each_node_writes_its_record_and_each_nodes_folder_audits_fixed(
+        nodes, tmp_path, tmp_path_factory):
+    # checkpoint.use_node_local_storage: each node saves into a folder of its own, and its local rank 0 writes the
+    # record there (marks._writer_rank), bound to the model states that node wrote
+    proc, seen = _launch(nodes, tmp_path / "out", RECORDS_PORT, {"ACCELERATE_WARMUP_PATCH": "reset"}, {},
+                         "--node-local-save")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert _where(seen) == RANKS
+    folders = [tmp_path / "out" / f"node{n}" for n in (0, 1)]
+    records = [json.loads((folder / "ckpt" / "accelerate_warmup_patch.json").read_text()) for folder in folders]
+    for record in records:
+        assert record["bound_to"]["file"] == "mp_rank_00_model_states.pt", record
+        assert record["step0"]["how"] == "observed" and record["step0"]["lrs"] == [0.0], record
+    audit = bare_audit(tmp_path_factory.mktemp("bare"))
+    reports = json.loads(audit("-m", "accelerate_warmup_patch", "audit", "--json", *map(str, folders)).stdout)
+    assert [r["verdict"] for r in reports] == ["not affected", "not affected"], reports
+    assert [r["step0_lr"] for r in reports] == [0.0, 0.0], reports
