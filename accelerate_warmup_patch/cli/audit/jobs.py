@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Union
 
 from .find import Run
+from .judge import judged_report
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -36,9 +37,7 @@ def _ignore_interrupts() -> None:
 
 
 def judge_batch(batch: Batch, config_root: str | None) -> list[dict[str, Any]]:
-    from .report import judge  # the worker's own import: report imports this module
-
-    return [item if isinstance(item, dict) else judge(item, config_root) for item in batch]
+    return [item if isinstance(item, dict) else judged_report(item, config_root) for item in batch]
 
 
 def judged(found: Iterable[Run | Any], workers: int, config_root: str | None, row_type: type[Any],

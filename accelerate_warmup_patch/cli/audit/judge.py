@@ -5,6 +5,7 @@ changes from its newest save. The worst wins; "not affected" only from proof."""
 
 from __future__ import annotations
 
+import json
 from pathlib import PurePath
 from typing import Any
 
@@ -469,3 +470,27 @@ def lrs_text(per_group: list[float | str | None] | None, first: float | str | No
     if per_group:
         return ", ".join(lr_text(v) for v in per_group)
     return lr_text(first)
+
+
+# A run's report as the command writes it --------------------------------------------------------------------
+
+def judged_report(run: Run, config_root: str | None) -> dict[str, Any]:
+    """One run's report as plain JSON data, its engine named; never raises (one process's or a worker's)."""
+    report = audit_run(run, config_root)
+    return _plain_report({"path": report["path"], "engine": run.engine, **report})
+
+
+def blank_row(path: str) -> dict[str, Any]:
+    """A report with nothing read yet, its fields in the order every report has them (engine after path)."""
+    return {"path": path, "engine": None, **blank_report(path)}
+
+
+def _plain_report(report: dict[str, Any]) -> dict[str, Any]:
+    """The report as plain JSON data; a value that will not go (a nest past the bound, say) makes it unreadable."""
+    try:
+        plain = checkpoint_pickle.plain(report)
+        json.dumps(plain)
+        return plain  # type: ignore[no-any-return]
+    except (Unreadable, ValueError, TypeError, RecursionError) as error:
+        return unreadable_report({**blank_row(str(report.get("path"))), "engine": report.get("engine")},
+                                 f"its report cannot be written ({error})")

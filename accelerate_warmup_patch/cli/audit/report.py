@@ -22,10 +22,9 @@ from pathlib import PurePath
 from typing import Any, TextIO
 
 from ... import releases
-from . import checkpoint_pickle, jobs, stores, summary
-from .checkpoint_pickle import Unreadable
+from . import jobs, stores, summary
 from .find import NoRun, Run, Symlinked, Unsearched, walk
-from .judge import audit_run, blank_report, lr_text, lrs_text, unreadable_report
+from .judge import blank_row, judged_report, lr_text, lrs_text, unreadable_report
 from .summary import Summary
 from .verdicts import SKIPPED
 
@@ -83,12 +82,12 @@ def _one_path(path: str, options: Options, tally: Summary, seen: dict[str, str] 
         if isinstance(item, Symlinked):
             tally.symlinked += 1
             if options.verbose and _mine(relative, options.shard):
-                yield _Row({**_blank(str(item.path)), "verdict": SKIPPED, "why": "a symlink to a folder: not "
+                yield _Row({**blank_row(str(item.path)), "verdict": SKIPPED, "why": "a symlink to a folder: not "
                             "followed (name it as a PATH to audit what it points to)"})
             continue
         if isinstance(item, Unsearched):
             if _mine(relative, options.shard):
-                yield _Row(unreadable_report(_blank(str(item.path)), item.why))
+                yield _Row(unreadable_report(blank_row(str(item.path)), item.why))
             continue
         if seen is not None:
             key = os.path.normpath(os.path.join(real_root, _relative(item.tag, prefix)))
@@ -101,14 +100,9 @@ def _one_path(path: str, options: Options, tally: Summary, seen: dict[str, str] 
         if _mine(relative, options.shard):
             yield item
     if again and not new and _mine(".", options.shard):  # a PATH named twice, or through a link: still its line
-        yield _Row({**_blank(path), "verdict": SKIPPED,
+        yield _Row({**blank_row(path), "verdict": SKIPPED,
                     "why": f"the same run{'s' if len(again) > 1 else ''} as {', '.join(dict.fromkeys(again))}, "
                            "reported once (above)"})
-
-
-def _blank(path: str) -> dict[str, Any]:
-    """A report with nothing read yet, its fields in the order every report has them (engine after path)."""
-    return {"path": path, "engine": None, **blank_report(path)}
 
 
 def _relative(found: PurePath, prefix: str) -> str:
@@ -128,23 +122,6 @@ def _mine(relative: str, shard: tuple[int, int]) -> bool:
 
 # Judging -----------------------------------------------------------------------------------------------------
 
-def judge(run: Run, config_root: str | None) -> dict[str, Any]:
-    """One run's report as plain JSON data, its engine named; never raises."""
-    report = audit_run(run, config_root)
-    return _plain_report({"path": report["path"], "engine": run.engine, **report})
-
-
-def _plain_report(report: dict[str, Any]) -> dict[str, Any]:
-    """The report as plain JSON data; a value that will not go (a nest past the bound, say) makes it unreadable."""
-    try:
-        plain = checkpoint_pickle.plain(report)
-        json.dumps(plain)
-        return plain  # type: ignore[no-any-return]
-    except (Unreadable, ValueError, TypeError, RecursionError) as error:
-        return unreadable_report({**_blank(str(report.get("path"))), "engine": report.get("engine")},
-                                 f"its report cannot be written ({error})")
-
-
 def _reports(paths: Sequence[str], options: Options, tally: Summary, errors: list[str],
              stopping: Callable[[], bool] = lambda: False) -> Iterator[dict[str, Any]]:
     found = _found(paths, options, tally, errors)
@@ -152,7 +129,7 @@ def _reports(paths: Sequence[str], options: Options, tally: Summary, errors: lis
         yield from jobs.judged(found, options.jobs, options.config_root, _Row, stopping)
         return
     for item in found:
-        yield item.report if isinstance(item, _Row) else judge(item, options.config_root)
+        yield item.report if isinstance(item, _Row) else judged_report(item, options.config_root)
 
 
 def audit(paths: list[str], config_root: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
