@@ -15,13 +15,14 @@ from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
+from ... import record_data
 from . import stores
 from .checkpoint_pickle import Unreadable
 from .stores import LOCAL, Entry, Listing, Place, Store
 
 LATEST_BYTES = 4096  # the bound of a save folder's `latest`
-# the rank files an engine writes per tag: mp_rank_00_model_states.pt, zero_pp_rank_0_mp_rank_00_model_states.pt
-_MODEL_STATES = re.compile(r"^(?:zero_pp_rank_(\d+)_)?mp_rank_(\d+)_model_states\.pt$")
+# the rank files an engine writes per tag, as the writer of the record binds them (one pattern for both)
+_MODEL_STATES = record_data.MODEL_STATES
 # one save of a run that saves many: the HF Trainer's checkpoint-N, accelerate's automatic checkpoint_N
 _SAVE_ROUND = re.compile(r"^checkpoint[-_](\d+)$")
 # DeepSpeed's own tag names, one sequence per engine; any other tag (accelerate's pytorch_model, pytorch_model_1
