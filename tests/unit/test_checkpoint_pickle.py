@@ -162,3 +162,11 @@ def test_a_zip_with_two_data_pkl_members_says_so(tmp_path: Path) -> None:
             archive.writestr("archive/data.pkl", pickle.dumps({"ds_version": version}, protocol=2))
     with pytest.raises(Unreadable, match=r"a zip archive with 2 <name>/data\.pkl members"):
         checkpoint_pickle.load(str(path))
+
+
+def test_a_legacy_checkpoint_whose_pickles_pass_the_bound_names_the_bound(tmp_path: Path) -> None:
+    """torch's legacy format reads its leading pickles within BOUNDS["pickle_bytes"]: one longer is cut there, and
+    the audit says which bound it passed, not that the file is damaged."""
+    cap = checkpoint_pickle.BOUNDS["pickle_bytes"]
+    with pytest.raises(Unreadable, match=f"more than {cap} bytes"):
+        _load(tmp_path, {"module": "x" * (cap + 1024)}, legacy=True)

@@ -61,6 +61,10 @@ class Unreadable(Exception):
     """The file cannot be read as data; the message says why (a bound it passed is named)."""
 
 
+class EndsEarly(Unreadable):
+    """The data ends inside a pickle: damaged, or cut where the audit stopped reading (the legacy format's bound)."""
+
+
 class NotRegular(Unreadable):
     """A FIFO, a device, a socket or a folder where a file was expected: never opened for reading."""
 
@@ -597,7 +601,7 @@ def _scan(data: bytes, start: int) -> int:
                 raise Unreadable(f"its pickle's stack grows past {max_stack} items (a bound of the audit): "
                                  "not read")
     except IndexError:  # data[pos] past the end, or marks.pop() with no mark
-        raise Unreadable("its pickle is damaged (it ends early, or an opcode needs a mark that is not there)") \
+        raise EndsEarly("its pickle is damaged (it ends early, or an opcode needs a mark that is not there)") \
             from None
 
 
@@ -885,8 +889,8 @@ def _load_legacy(file: IO[bytes]) -> Any:
     for _ in range(4):
         try:
             value, at = loads(data, at)
-        except Unreadable as error:
-            if len(data) == BOUNDS["pickle_bytes"] and "ends before" in str(error):
+        except EndsEarly:
+            if len(data) == BOUNDS["pickle_bytes"]:  # cut by the read above, not by the file's end
                 raise Unreadable(f"its pickles take more than {BOUNDS['pickle_bytes']} bytes (a bound of the "
                                  "audit): not read") from None
             raise
