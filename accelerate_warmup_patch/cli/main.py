@@ -21,7 +21,8 @@ exit codes:
      does not accept; demo: the patched run did not start at the warmup lr; audit: a run is affected
   2  usage error, an unreadable --config, or what demo needs is missing (torch, DeepSpeed, matplotlib);
      audit: no run is affected, and something could not be read (a PATH with no DeepSpeed checkpoint, an
-     unreadable run, a folder that cannot be listed)
+     unreadable run, a folder that cannot be listed); audit --summarize: also a part missing, given twice,
+     unfinished or another audit's, or a file it cannot read (whatever the runs' verdicts)
   130, 143  audit: stopped by SIGINT (Ctrl-C) or SIGTERM, after the runs judged so far and the summary
   141  the reader closed the output early (`| head`): the rest is dropped, nothing is printed, as for a tool
      that SIGPIPE ends (128 + 13)"""
@@ -127,7 +128,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="JSON lines: one object per run on stdout, each written as soon as the run is judged")
     form.add_argument("--summarize", action="store_true",
                       help="each PATH is a file of --jsonl lines (- for stdin; the parts of a sharded audit, "
-                           "merged): print their summary, exit as the audit would")
+                           "merged): check that they are every shard of one audit, each once and finished (else "
+                           "name each part that is not and exit 2), print their summary, exit as the audit would")
     audit.add_argument("--config-root", metavar="DIR",
                        help="the job's working directory: where a ds_config saved as a relative path is read")
     audit.add_argument("--exclude", metavar="GLOB", action="append", default=[],
