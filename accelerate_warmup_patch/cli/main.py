@@ -17,8 +17,9 @@ in the job's environment, or `import accelerate_warmup_patch` first in the train
 EPILOG = """\
 exit codes:
   0  done; doctor: nothing --strict fails on (or --strict not given)
-  1  doctor --strict: an affected job would run unpatched, or ACCELERATE_WARMUP_PATCH holds a value it
-     does not accept; demo: the patched run did not start at the warmup lr; audit: a run is affected
+  1  doctor --strict: the mode chosen cannot act on an affected job (not armed, off, a release older than
+     the table; warn passes), or ACCELERATE_WARMUP_PATCH holds a value it does not accept; demo: the
+     patched run did not start at the warmup lr; audit: a run is affected
   2  usage error, an unreadable --config, or what demo needs is missing (torch, DeepSpeed, matplotlib);
      audit: no run is affected, and something could not be read (a PATH with no DeepSpeed checkpoint, an
      unreadable run, a folder that cannot be listed); audit --summarize: also a part missing, given twice,
@@ -39,8 +40,11 @@ the installed release's own scheduler class on a throwaway optimizer (no model, 
 a child interpreter that imports torch and DeepSpeed: 5-15 s, said on stderr while it runs."""
 DOCTOR_EPILOG = """\
 states (--strict exits 1 on the starred ones):
-  affected-active, affected-not-active*, affected-warn*, backports-active, backports-not-active*,
-  backports-warn*, fixed-upstream, not-affected (--config), untested, unsupported*, no-deepspeed, bad-value*
+  affected-active, affected-not-active*, affected-warn, backports-active, backports-not-active*,
+  backports-warn, fixed-upstream, not-affected (--config), untested, unsupported*, no-deepspeed, bad-value*
+--strict fails where the mode chosen cannot act on an affected job (unset, off, not reaching the job's
+interpreter, a release older than the table) or the value is not accepted; warn passes (the roll-out's
+first step: jobs run unpatched and warn, as chosen).
 "auto" values: the HF Trainer and accelerate fill them at run time; doctor says with what, fills
 only warmup_min_lr (0) and warmup_max_lr (the optimizer's lr), and asks for the rest (--lr, --set)."""
 DEMO = """\
@@ -100,7 +104,8 @@ def _parser() -> argparse.ArgumentParser:
                                  description=DOCTOR, epilog=DOCTOR_EPILOG, formatter_class=raw)
     doctor.add_argument("--json", action="store_true", help="one JSON object on stdout (key 'state': the verdict)")
     doctor.add_argument("--strict", action="store_true",
-                        help="exit 1 when an affected job would run unpatched or a value is not accepted")
+                        help="exit 1 where the mode chosen cannot act on an affected job (not armed, off, a "
+                             "release older than the table) or a value is not accepted; warn mode passes")
     doctor.add_argument("-v", "--verbose", action="store_true", help="also each multi-node runner's syntax")
     doctor.add_argument("--config", metavar="FILE",
                         help="a ds_config JSON, or a TrainingArguments JSON / accelerate YAML that names one")
