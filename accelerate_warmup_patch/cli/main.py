@@ -63,10 +63,11 @@ Reads the DeepSpeed checkpoints of finished runs (each PATH: a checkpoint folder
 folder, a Trainer output folder, or a folder of many runs, searched) and says per run, from its newest
 tag: the release that wrote it, its scheduler, the lr optimizer step 0 ran at (from its earliest save, and
 the record a patched run left there) and the lr DeepSpeed 0.19.8 runs it at, and a verdict: affected, not
-affected, unknown or unreadable; one per engine where a folder holds the saves of several (accelerate's
-pytorch_model, pytorch_model_1). A PATH may be an fsspec URL (s3://bucket/prefix; the [s3] or [gcs]
-extra). Nothing a checkpoint's pickle names is imported or run, no tensor is read, every read is bounded;
-needs neither torch nor deepspeed. A ds_config saved as a path is read when absolute, or relative under
+affected, unknown, unreadable, skipped (a symlinked folder, a run named twice); one per engine where a
+folder holds the saves of several (accelerate's pytorch_model, pytorch_model_1). A PATH may be an fsspec
+URL (s3://bucket/prefix: pip install fsspec s3fs, or the [s3] / [gcs] extra). Nothing a checkpoint's
+pickle names is imported or run, no tensor is read, every read is bounded; needs neither torch nor
+deepspeed. A ds_config saved as a path is read when absolute, or relative under
 --config-root. Each run is written as soon as it is judged, a summary at the end (on stderr with
 --json/--jsonl); Ctrl-C or SIGTERM stops it with every run judged so far written whole, then the partial
 summary (exit 130 / 143)."""

@@ -15,6 +15,7 @@ import pytest
 
 from accelerate_warmup_patch import settings
 from accelerate_warmup_patch.cli import main
+from accelerate_warmup_patch.cli.audit.verdicts import VERDICTS
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -174,3 +175,18 @@ def test_every_variable_the_docs_name_is_one_settings_reads() -> None:
 def test_the_readme_names_every_variable_settings_reads() -> None:
     known = {value for name, value in vars(settings).items() if name.startswith("ENV_")}
     assert known <= set(VARIABLE.findall(README.read_text(encoding="utf-8")))
+
+
+# The audit's verdicts ------------------------------------------------------------------------------------------
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_verdicts_are_the_same_in_the_readme_the_help_the_docs_and_the_code() -> None:
+    assert len(VERDICTS) == 5 and "skipped" in VERDICTS
+    assert ", ".join(f"`{v}`" for v in VERDICTS) in _words(README.read_text(encoding="utf-8"))
+    assert f"a verdict: {', '.join(VERDICTS)} " in _words(_subcommands()["audit"].format_help())
+    page = (ROOT / "docs" / "audit.md").read_text(encoding="utf-8")
+    section = page.split("## Verdicts and exit status", 1)[1].split("\n## ", 1)[0]
+    assert tuple(re.findall(r"^\| `([a-z ]+)` \|", section, re.M)) == VERDICTS

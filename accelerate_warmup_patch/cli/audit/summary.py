@@ -10,9 +10,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from .verdicts import AFFECTED, SKIPPED, UNREADABLE
-
-_RUN_VERDICTS = ("affected", "not affected", "unknown", "unreadable", "skipped")
+from .verdicts import AFFECTED, SKIPPED, UNREADABLE, VERDICTS
 
 
 class Summary:
@@ -43,7 +41,7 @@ class Summary:
         rows = sum(self.verdicts.values())
         head = "summary" if stopped is None else \
             f"summary (stopped by {signal.Signals(stopped).name}: the reports above only)"
-        verdicts = ", ".join(f"{self.verdicts[v]} {v}" for v in _RUN_VERDICTS if self.verdicts[v])
+        verdicts = ", ".join(f"{self.verdicts[v]} {v}" for v in VERDICTS if self.verdicts[v])
         rate = f" in {seconds:.1f} s ({rows / seconds:.0f}/s)" if self.timed else ""
         lines = [f"{head}: {rows} report{'s' if rows != 1 else ''}{rate}" + (f": {verdicts}" if verdicts else "")]
         if self.releases:
