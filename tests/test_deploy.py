@@ -1,9 +1,12 @@
-"""The deployment files (deploy/, docs/deploy.md), run as an admin runs them.
+"""The README's install lines and the deployment files (deploy/, docs/deploy.md), run as an admin runs them.
 
+- The README's lines that build the wheel, install it, install an extra and remove it, as written, in a copy of the
+  checkout (their ``dist``) and fresh venvs.
 - The image recipe (deploy/Dockerfile): its instructions, in its order, in a fresh venv (no container runtime here):
   the wheel built as the README builds it, installed, the ``ENV`` line, the image check. The image's DeepSpeed is a
   fake's metadata (doctor reads metadata, imports nothing).
-- The prefix install (deploy/install-prefix.sh) and its Lmod modulefile, in a real login shell (``bash -l``, where
+- The README's prefix install (deploy/install-prefix.sh, into a folder of the test's instead of /opt/...) and its
+  module lines, the Lmod modulefile in a real login shell (``bash -l``, where
   Lmod's profile script defines ``module``): ``module load`` arms a real DeepSpeed job started from a Python that
   does not have the package (a fresh venv that sees the suite's torch and DeepSpeed), ``module unload`` disarms the
   next; a user's own sitecustomize still runs. The Tcl modulefile, for Environment Modules, is loaded by Lmod too.
@@ -16,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -24,9 +28,11 @@ from typing import Any
 
 import ports
 import pytest
+import quickstart
 from conftest import HERE, installed
 from ports import port
 
+import accelerate_warmup_patch
 from accelerate_warmup_patch import releases
 
 ROOT = HERE.parent
@@ -47,22 +53,55 @@ def _environment(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-@pytest.fixture(scope="module")
-def venv_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with pip (the standard library's venv), on the suite's interpreter."""
-    folder = tmp_path_factory.mktemp("fresh") / "venv"
+def _fresh_venv(folder: Path) -> Path:
+    """A fresh venv with pip (the standard library's venv, on the suite's interpreter): its python."""
     _run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(folder)], env=_environment())
     return folder / "bin" / "python"
 
 
+def _readme_line(line: str, python: Path, cwd: Path, **replace: str) -> subprocess.CompletedProcess[str]:
+    """A README line run as written, in ``cwd``, with ``python``'s venv first on PATH (its ``python3``); ``replace``
+    maps a path the README names (``/opt/...``) to the test's own."""
+    for old, new in replace.items():
+        line = line.replace(old, new)
+    path = f"{python.parent}{os.pathsep}{os.environ['PATH']}"
+    return _run(["bash", "-c", line], cwd=cwd, env=_environment(PATH=path))
+
+
 @pytest.fixture(scope="module")
-def wheel(venv_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel, built from the checkout as the README builds it (``python3 -m pip wheel --no-deps -w dist .``)."""
-    dist = tmp_path_factory.mktemp("dist")
-    _run([str(venv_python), "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), "."], cwd=ROOT,
-         env=_environment())
-    (built,) = dist.glob("accelerate_warmup_patch-*.whl")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the checkout's files, where the README's lines write (its ``dist``), not the checkout itself."""
+    folder = tmp_path_factory.mktemp("clone") / "accelerate-warmup-patch"
+    shutil.copytree(ROOT, folder, ignore=shutil.ignore_patterns(".git", ".nox", "dist", "build", "__pycache__",
+                                                                 "*_cache", "*.egg-info", ".venv"))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def wheel(clone: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel, built by the README's line in the clone: the one its install lines name."""
+    python = _fresh_venv(tmp_path_factory.mktemp("builder") / "venv")
+    _readme_line(quickstart.line("python3 -m pip wheel"), python, clone)
+    (built,) = (clone / "dist").glob("accelerate_warmup_patch-*.whl")
+    assert f"dist/{built.name}" in quickstart.line("python3 -m pip install dist/"), "the README names this version's"
     return built
+
+
+def test_the_readmes_install_lines_install_the_wheel_and_an_extra_and_remove_it(clone: Path, wheel: Path,
+                                                                                  tmp_path: Path) -> None:
+    python = _fresh_venv(tmp_path / "venv")
+    _readme_line(quickstart.line("python3 -m pip install dist/"), python, clone)
+    command = python.parent / "accelerate-warmup-patch"
+    version = _run([str(command), "--version"], cwd=tmp_path, env=_environment()).stdout
+    assert version == f"accelerate-warmup-patch {accelerate_warmup_patch.__version__}\n", version
+    # the extra: resolved (--dry-run: the bucket's packages are not installed for nothing)
+    extra = _readme_line(quickstart.line('python3 -m pip install "dist/') + " --dry-run", python, clone)
+    assert "s3fs" in extra.stdout and "fsspec" in extra.stdout, extra.stdout
+    _readme_line(quickstart.line("python3 -m pip uninstall"), python, clone)
+    probe = "import importlib.util; print(importlib.util.find_spec('accelerate_warmup_patch'))"
+    left = _run([str(python), "-c", probe], cwd=tmp_path, env=_environment())
+    assert left.stdout == "None\n" and not command.exists(), left
+    assert not list(python.parents[1].glob("lib/python*/site-packages/accelerate_warmup_patch*"))
 
 
 # The image recipe ------------------------------------------------------------------------------------------------
@@ -115,8 +154,8 @@ def _fake_deepspeed(folder: Path, version: str) -> dict[str, str]:
     return {"PYTHONPATH": str(folder)}
 
 
-def test_the_image_recipe_installs_the_wheel_arms_warn_and_its_check_passes(tmp_path: Path, venv_python: Path,
-                                                                              wheel: Path) -> None:
+def test_the_image_recipe_installs_the_wheel_arms_warn_and_its_check_passes(tmp_path: Path, wheel: Path) -> None:
+    venv_python = _fresh_venv(tmp_path / "venv")
     recipe = _instructions((DEPLOY / "Dockerfile").read_text())
     arg = next(argument for name, argument in recipe if name == "ARG")
     assert arg == f"AWP_WHEEL={wheel.name}", "the recipe's wheel is this version's"
@@ -143,17 +182,19 @@ needs_lmod = pytest.mark.skipif(not LMOD_PROFILE.is_file(), reason="Lmod is not 
                                 "Debian's lmod as root: apt-get install lmod)")
 
 
+README_PREFIX = "/opt/accelerate-warmup-patch"  # the prefix the README's module lines name: the test's own instead
+
+
 @pytest.fixture(scope="module")
-def prefix(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """deploy/install-prefix.sh's shared prefix, installed with the job's Python: a fresh venv without the package,
-    which sees the suite's torch and DeepSpeed through a path line (so none of the suite's .pth files is read)."""
+def prefix(clone: Path, wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The README's prefix install (deploy/install-prefix.sh), with the job's Python: a fresh venv without the
+    package, which sees the suite's torch and DeepSpeed through a path line (so none of the suite's .pth files is
+    read)."""
     base = tmp_path_factory.mktemp("module")
-    job = base / "job-venv"
-    _run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(job)], env=_environment())
-    python = job / "bin" / "python"
+    python = _fresh_venv(base / "job-venv")
     site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
     Path(site, "suite-stack.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    _run([str(DEPLOY / "install-prefix.sh"), str(base / "prefix"), str(wheel), str(python)], env=_environment())
+    _readme_line(quickstart.line("deploy/install-prefix.sh"), python, clone, **{README_PREFIX: str(base / "prefix")})
     return base / "prefix", python
 
 
@@ -184,11 +225,11 @@ def test_module_load_arms_a_real_deepspeed_job_and_unload_disarms_the_next(tmp_p
     env = _environment(PYTHONPATH=str(tmp_path / "user"), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port(ports.MODULE_JOB)))
     proc = _login_shell(f"""
-module use {shlex.quote(str(root / 'modulefiles'))}
-module load accelerate-warmup-patch
+{quickstart.line("module use").replace(README_PREFIX, shlex.quote(str(root)))}
+{quickstart.line("module load")}
 accelerate-warmup-patch doctor --strict > {shlex.quote(str(tmp_path / 'doctor.txt'))}
 AWP_LAUNCH_OUT={shlex.quote(str(loaded))} {job}
-module unload accelerate-warmup-patch
+{quickstart.line("module unload")}
 echo "after unload: [${{ACCELERATE_WARMUP_PATCH:-}}] [$PYTHONPATH]"
 AWP_LAUNCH_OUT={shlex.quote(str(unloaded))} {job}
 """, env, tmp_path)

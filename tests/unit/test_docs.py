@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+import quickstart  # the README's shell lines (tests/quickstart.py: standard library only)
 
 from accelerate_warmup_patch import settings
 from accelerate_warmup_patch.cli import main
@@ -26,7 +31,8 @@ CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
 LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)
 HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"")
-COMMAND = re.compile(r"(?:accelerate-warmup-patch|python3? -m accelerate_warmup_patch)\s+(\w+)((?:\s+[^\s|;&#]+)*)")
+COMMAND = re.compile(r"(?<![\w/.-])(?:accelerate-warmup-patch|python3? -m accelerate_warmup_patch)\s+(\w+)"
+                     r"((?:\s+[^\s|;&#]+)*)")
 BARE_COMMAND = re.compile(r"^(doctor|status|demo|audit)((?:\s+[^\s|;&#]+)*)$")
 FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
 VARIABLE = re.compile(r"\bACCELERATE_WARMUP_PATCH\w*")
@@ -190,3 +196,75 @@ def test_the_verdicts_are_the_same_in_the_readme_the_help_the_docs_and_the_code(
     page = (ROOT / "docs" / "audit.md").read_text(encoding="utf-8")
     section = page.split("## Verdicts and exit status", 1)[1].split("\n## ", 1)[0]
     assert tuple(re.findall(r"^\| `([a-z ]+)` \|", section, re.M)) == VERDICTS
+
+
+# Every shell line of the README --------------------------------------------------------------------------------
+
+# the lines no parser here can check, each run as written by the test named (a line's start -> file::test)
+INSTALL_LINES = "tests/test_deploy.py::test_the_readmes_install_lines_install_the_wheel_and_an_extra_and_remove_it"
+MODULE_LINES = "tests/test_deploy.py::test_module_load_arms_a_real_deepspeed_job_and_unload_disarms_the_next"
+RUN_AS_WRITTEN = {
+    "python3 -m pip wheel ": "tests/test_deploy.py::wheel",
+    "python3 -m pip install dist/": INSTALL_LINES,
+    'python3 -m pip install "dist/': INSTALL_LINES,
+    "python3 -m pip uninstall ": INSTALL_LINES,
+    "deploy/install-prefix.sh ": "tests/test_deploy.py::prefix",
+    "module use ": MODULE_LINES,
+    "module load ": MODULE_LINES,
+    "module unload ": MODULE_LINES,
+    "python3 -m pip install -q nox": ".ci/run",  # the same install, then noxfile.py's CI_SESSIONS, the demo among them
+    "bash .ci/run": ".ci/run",  # CI's entry point itself
+}
+LAUNCHERS = ("torchrun", "accelerate", "deepspeed", "srun")  # tests/test_quickstart.py's RUN_BY names each line's test
+SHELL = {"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "16"}  # what an array task's shell holds
+
+
+def _parsed(line: str) -> argparse.Namespace:
+    """An ``accelerate-warmup-patch`` line as the shell hands it over (its variables given values, its redirection
+    dropped), parsed by the command's own parser: a usage error is SystemExit."""
+    words = shlex.split(re.sub(r"\$(\w+)", lambda m: SHELL[str(m.group(1))], line))
+    words = words[:next((i for i, word in enumerate(words) if word.startswith(">")), len(words))]
+    return main._parser().parse_args(words[1:])
+
+
+def _accepted(name: str, value: str) -> bool:
+    if name == settings.ENV_MODE:
+        return settings.lookup(value) is not None
+    return name == settings.ENV_RECORD and value in re.findall(r"\w+", settings.RECORD_ACCEPTED)
+
+
+def test_every_shell_line_of_the_readme_is_parsed_checked_or_run_by_a_test() -> None:
+    unchecked = []
+    for line in quickstart.lines():
+        if line.startswith("accelerate-warmup-patch "):
+            assert _parsed(line).command in _subcommands(), line
+        elif line.startswith("export "):
+            name, _, value = line.removeprefix("export ").partition("=")
+            assert _accepted(name, value), line
+        elif line.split()[0] in LAUNCHERS:
+            assert f'"{line}":' in (ROOT / "tests" / "test_quickstart.py").read_text(encoding="utf-8"), line
+        else:
+            runner = next((test for start, test in RUN_AS_WRITTEN.items() if line.startswith(start)), None)
+            if runner is None:
+                unchecked.append(line)
+                continue
+            file, _, name = runner.partition("::")
+            text = (ROOT / file).read_text(encoding="utf-8")
+            if name:
+                assert f"def {name}(" in text, runner
+            else:  # .ci/run: the line itself, or the install .ci/run does before the sessions
+                assert line == f"bash {file}" or line.split(" && ")[0] in text, line
+    assert unchecked == [], unchecked
+
+
+def test_the_readmes_demo_session_is_one_that_ci_runs() -> None:
+    noxfile = (ROOT / "noxfile.py").read_text(encoding="utf-8")
+    assert "nox -s demo" in quickstart.line("python3 -m pip install -q nox") and '"demo"' in noxfile
+    assert re.search(r"CI_SESSIONS = \[.*?\"demo\"", noxfile, re.S)
+
+
+def test_the_audit_lines_parse_into_what_they_say() -> None:
+    shard = _parsed(quickstart.line("accelerate-warmup-patch audit --jsonl --shard"))
+    assert shard.shard == (3, 16) and shard.jsonl and shard.exclude == ["wandb"] and shard.paths == ["/runs"]
+    merged = _parsed(quickstart.line("accelerate-warmup-patch audit --summarize"))
+    assert merged.summarize and merged.paths == ["part-*.jsonl"]
