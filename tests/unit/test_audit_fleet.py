@@ -263,3 +263,15 @@ def test_a_run_named_by_its_tag_folder_and_inside_a_folder_of_runs_is_reported_o
     files.write_run(tmp_path / "runs" / "b")
     proc = audit("--jsonl", str(tmp_path / "runs" / "a" / "global_step6"), str(tmp_path / "runs"))
     assert [Path(r["path"]).name for r in lines(proc)] == ["global_step6", "b"], proc.stdout
+
+
+def test_a_part_line_with_the_wrong_types_is_a_broken_line_not_a_traceback(tmp_path: Path) -> None:
+    part = tmp_path / "part-0.jsonl"
+    _task(fleet(tmp_path, 2), "0/1", part)
+    first, *reports, last = part.read_text().splitlines()
+    forged = {**json.loads(last), "paths": [{"a": 1}], "errors": [["x"]]}
+    part.write_text("\n".join([first, *reports, json.dumps(forged), json.dumps({**forged, "shard": "0/99999999"})]))
+    proc = audit("--summarize", str(part))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc
+    assert "2 lines that are not a report or a part's opening or closing line" in proc.stderr
+    assert "cut short: no closing line after 2 reports" in proc.stderr, proc.stderr

@@ -87,11 +87,16 @@ def _part_line(value: Any) -> str | None:
     if not isinstance(value, dict) or value.get(KEY) not in (OPENING, CLOSING):
         return None
     shard = value.get("shard")
+    names = ("paths", "exclude", "errors") if value[KEY] == CLOSING else ("paths", "exclude")
     fields_ok = (isinstance(shard, str) and shard.count("/") == 1
-                 and all(isinstance(value.get(name), list) for name in ("paths", "exclude")))
+                 and all(_strings(value.get(name)) for name in names))
     if value[KEY] == CLOSING:
-        fields_ok = fields_ok and isinstance(value.get("reports"), int) and isinstance(value.get("errors"), list)
+        fields_ok = fields_ok and isinstance(value.get("reports"), int)
     return str(value[KEY]) if fields_ok else None
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
 def _lines(out: TextIO) -> Iterator[str]:
@@ -167,7 +172,7 @@ def _problems(read: _Read) -> tuple[list[str], list[str], str]:
     if not named:
         return problems, notes, ""
     ours = collections.Counter(who for _, who in named).most_common(1)[0][0]
-    count = int(ours[0]) if ours[0].isdigit() else 0
+    count = int(ours[0]) if ours[0].isdigit() and len(ours[0]) <= 6 else 0  # an array's N, not a forged one
     by_shard: dict[str, list[_Part]] = collections.defaultdict(list)
     for part, who in named:
         if who != ours:
