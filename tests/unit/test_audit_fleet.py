@@ -270,8 +270,9 @@ def test_a_part_line_with_the_wrong_types_is_a_broken_line_not_a_traceback(tmp_p
     _task(fleet(tmp_path, 2), "0/1", part)
     first, *reports, last = part.read_text().splitlines()
     forged = {**json.loads(last), "paths": [{"a": 1}], "errors": [["x"]]}
-    part.write_text("\n".join([first, *reports, json.dumps(forged), json.dumps({**forged, "shard": "0/99999999"})]))
+    part.write_text("\n".join([first, *reports, json.dumps(forged), json.dumps({**forged, "shard": "0/99999999"}),
+                               "[" * 200_000]))
     proc = audit("--summarize", str(part))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc
-    assert "2 lines that are not a report or a part's opening or closing line" in proc.stderr
+    assert "3 lines that are not a report or a part's opening or closing line" in proc.stderr
     assert "cut short: no closing line after 2 reports" in proc.stderr, proc.stderr

@@ -118,7 +118,7 @@ def _read_file(name: str, out: TextIO, read: _Read) -> None:
         seen = seen or bool(line.strip())
         try:
             value = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             value = None
         kind = _part_line(value)
         if kind == OPENING or (kind == CLOSING and (current is None or current.closing is not None)):
