@@ -8,6 +8,7 @@ no command runs.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
 import sys
@@ -268,3 +269,14 @@ def test_the_audit_lines_parse_into_what_they_say() -> None:
     assert shard.shard == (3, 16) and shard.jsonl and shard.exclude == ["wandb"] and shard.paths == ["/runs"]
     merged = _parsed(quickstart.line("accelerate-warmup-patch audit --summarize"))
     assert merged.summarize and merged.paths == ["part-*.jsonl"]
+
+
+def test_the_readmes_newest_row_is_the_newest_releases_recorded_run() -> None:
+    # the demo's own rows of the installed release are tests/test_cli.py's (on 0.15.2); the newest release's row is
+    # tests/golden.json's run of the demo's schedule (the harness's WarmupLR-linear: 0 -> 1e-3 over 5 steps), which
+    # tests/test_core.py holds to a live run of that release
+    golden = json.loads((ROOT / "tests" / "golden.json").read_text(encoding="utf-8"))
+    name = f"DeepSpeed {golden['deepspeed']} (newest), unpatched or patched"
+    row = next(line for line in README.read_text(encoding="utf-8").splitlines() if line.startswith(f"| {name} |"))
+    lrs = [[float(cell.strip().strip("*"))] for cell in row.strip("|").split("|")[1:5]]
+    assert lrs == golden["runs"]["deepspeed:WarmupLR-linear:g0.001:ga1:z0"][:4], row
