@@ -17,8 +17,8 @@ in the job's environment, or `import accelerate_warmup_patch` first in the train
 EPILOG = """\
 exit codes:
   0  done; doctor: nothing --strict fails on (or --strict not given)
-  1  doctor --strict: the mode chosen cannot act on an affected job (not armed, off, a release older than
-     the table; warn passes), or ACCELERATE_WARMUP_PATCH holds a value it does not accept; demo: the
+  1  doctor --strict: the mode chosen cannot act on an affected job (not armed, off, a DeepSpeed too old
+     for the patch; warn passes), or ACCELERATE_WARMUP_PATCH holds a value it does not accept; demo: the
      patched run did not start at the warmup lr; audit: a run is affected
   2  usage error, an unreadable --config, or what demo needs is missing (torch, DeepSpeed, matplotlib);
      audit: no run is affected, and something could not be read (a PATH with no DeepSpeed checkpoint, an
