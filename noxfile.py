@@ -415,11 +415,12 @@ def lint(session: nox.Session) -> None:
     # mypy checks the lowest supported Python (pyproject: python_version): mypy 1.19 dropped 3.9, and
     # wrapt 2.x's own stubs declare nothing below 3.10, so wrapt is 1.x here (untyped: Any)
     session.install("ruff", "mypy<1.19", "wrapt<2", "pytest", "-e", ".")  # pytest: the unit tier's types
-    session.run("ruff", "check", "accelerate_warmup_patch", "tests", "noxfile.py", "benchmarks", ".ci")
+    session.run("ruff", "check", "accelerate_warmup_patch", "tests", "noxfile.py", "benchmarks", ".ci", "deploy")
     session.run("mypy")
     # the scripts the tests' child interpreters run, the unit tier and the checker below, on the tests' Python
     # (pytest and its dependencies no longer parse as 3.9)
-    session.run("mypy", "--python-version", "3.11", "tests/children", "tests/unit", "tests/string_lines.py")
+    session.run("mypy", "--python-version", "3.11", "tests/children", "tests/unit", "tests/string_lines.py",
+                "deploy/sitecustomize.py")
     session.run("python", "tests/tables.py", "--check")
     session.run("python", "tests/string_lines.py")  # child scripts are files, not strings (under 5 % of lines)
 

@@ -96,14 +96,16 @@ def _env() -> dict[str, str]:
 
 
 def measure(argv: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Wall and CPU seconds, peak RSS (MiB), seconds to the first line on stdout, lines, exit status."""
+    """Wall and CPU seconds, peak RSS (MiB), seconds to the first report on stdout, report lines, exit status."""
     started = time.perf_counter()
     proc = subprocess.Popen(argv, env=env or _env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             cwd=tempfile.gettempdir())
     assert proc.stdout is not None
     first = None
     lines = 0
-    for _ in proc.stdout:
+    for line in proc.stdout:
+        if line.startswith(b'{"audit_part"'):  # a --jsonl part's opening and closing lines: not a run's
+            continue
         lines += 1
         if first is None:
             first = time.perf_counter() - started

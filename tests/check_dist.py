@@ -33,7 +33,8 @@ def check_wheel(wheel: Path, version: str) -> list[str]:
               "accelerate_warmup_patch/cli/main.py",
               f"{info}/METADATA", f"{info}/entry_points.txt", f"{info}/licenses/LICENSE"]
     problems += [f"wheel lacks {name}" for name in wanted if name not in names]
-    problems += [f"wheel ships {name}" for name in names if name.startswith(("tests/", "benchmarks/", "matrix/"))]
+    problems += [f"wheel ships {name}" for name in names
+                 if name.startswith(("tests/", "benchmarks/", "matrix/", "deploy/", "sitecustomize"))]
     if pth.count("\n") > 1 or "ACCELERATE_WARMUP_PATCH" not in pth:
         problems.append(f"the .pth is not one line that checks ACCELERATE_WARMUP_PATCH: {pth!r}")
     metadata = Parser().parsestr(info_text)
@@ -61,7 +62,8 @@ def check_sdist(sdist: Path) -> list[str]:
     with tarfile.open(sdist) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     wanted = ["LICENSE", "README.md", "CHANGELOG.md", "accelerate_warmup_patch.pth", "pyproject.toml",
-              "accelerate_warmup_patch/__init__.py", "tests/test_activation.py"]
+              "accelerate_warmup_patch/__init__.py", "tests/test_activation.py", "deploy/sitecustomize.py",
+              "deploy/install-prefix.sh"]
     return [f"sdist lacks {name}" for name in wanted if name not in names]
 
 

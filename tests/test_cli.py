@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -75,6 +76,24 @@ def test_demo_prints_both_trajectories_a_verdict_and_a_plot(demo_run):
     expected = "is fixed upstream; the patch changes nothing" if fixed else "has the bug (step 0 ran at 0.001)"
     assert expected in proc.stdout, proc.stdout
     assert "   0           0.001               0" in proc.stdout or fixed
+
+
+def test_the_readmes_lr_table_is_what_the_demo_prints(demo_run):
+    # the README's table opens it: each row of the installed release is the demo's column (steps 0-3)
+    proc, _ = demo_run
+    printed = [(float(m[1]), float(m[2])) for m in
+               (re.match(r"^\s*[0-3]\s+(\S+)\s+(\S+)$", line) for line in proc.stdout.splitlines()) if m]
+    assert len(printed) == 4, proc.stdout
+    rows = {}
+    for line in (ROOT / "README.md").read_text().splitlines():
+        cells = [cell.strip().strip("*") for cell in line.strip().strip("|").split("|")]
+        if cells[0].startswith(f"DeepSpeed {installed('deepspeed')}"):
+            rows[cells[0]] = [float(cell) for cell in cells[1:5]]
+    assert rows, "the README's lr table has no row for the installed release"
+    for name, lrs in rows.items():
+        columns = (0, 1) if name.endswith("unpatched or patched") else (0,) if name.endswith("unpatched") else (1,)
+        for column in columns:
+            assert lrs == [pair[column] for pair in printed], (name, proc.stdout)
 
 
 def test_demo_builds_no_comm_op_and_says_what_each_run_is_doing(demo_run):

@@ -67,7 +67,10 @@ STATES = {
                   f"new process warns and patches nothing: set one of {settings.ACCEPTED}", 1),
     "affected-warn": ("0.15.2", {"ACCELERATE_WARMUP_PATCH": "warn"}, f"DeepSpeed 0.15.2: AFFECTED ({ALL_THREE}) - "
                       f"patch in warn mode in new processes (through {settings.ENV_MODE} + the .pth): they run "
-                      f"unpatched and warn once per affected scheduler; set {settings.ENV_MODE}=reset to fix them", 1),
+                      f"unpatched and warn once per affected scheduler; set {settings.ENV_MODE}=reset to fix them", 0),
+    "affected-active (step)": ("0.15.2", {"ACCELERATE_WARMUP_PATCH": "step"}, f"DeepSpeed 0.15.2: AFFECTED "
+                               f"({ALL_THREE}) - patch active in new processes (step mode, through "
+                               f"{settings.ENV_MODE} + the .pth): fixed", 0),
 }
 
 
@@ -327,10 +330,13 @@ def test_config_auto_warmup_num_steps_names_the_fillers_that_pass_0(tmp_path):
     assert "accelerate before 1.15" in auto and "transformers before 5.18" in auto and "0.19.3" in auto, auto
 
 
-def test_strict_fails_where_the_jobs_interpreter_never_reads_the_pth(tmp_path):
-    # python -S train.py, site-packages on PYTHONPATH: the .pth is never read, the job trains unpatched
+@pytest.mark.parametrize("mode", ["reset", "warn"])
+def test_strict_fails_where_the_jobs_interpreter_never_reads_the_pth(tmp_path, mode):
+    # python -S train.py, site-packages on PYTHONPATH: the .pth is never read, the job trains unpatched (and in warn
+    # mode, warns of nothing: the mode chosen cannot act there)
     site_packages = next(p for p in sys.path if p.endswith("site-packages"))
-    env = {**ON, "PYTHONPATH": f"{_as_if(tmp_path, '0.15.2')['PYTHONPATH']}{os.pathsep}{site_packages}"}
+    env = {"ACCELERATE_WARMUP_PATCH": mode,
+           "PYTHONPATH": f"{_as_if(tmp_path, '0.15.2')['PYTHONPATH']}{os.pathsep}{site_packages}"}
     proc = _cli("doctor", "--strict", "--python-flags=-S", env=env)
     assert proc.stdout.splitlines()[0] == (
         f"DeepSpeed 0.15.2: AFFECTED ({ALL_THREE}) - patch NOT active in new processes started as `python -S`: "

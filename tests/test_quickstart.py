@@ -87,8 +87,8 @@ def test_the_off_line_leaves_the_release_as_it_is(job):
 
 
 def test_the_doctor_line_reads_the_config(job):
-    proc = subprocess.run(quickstart.command(quickstart.line("accelerate-warmup-patch doctor"), "train.py"), cwd=job,
-                          capture_output=True, text=True, timeout=600,
+    line = quickstart.line("accelerate-warmup-patch doctor --config")
+    proc = subprocess.run(quickstart.command(line, "train.py"), cwd=job, capture_output=True, text=True, timeout=600,
                           env={k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"DeepSpeed {installed('deepspeed')}, ds_config.json: ")

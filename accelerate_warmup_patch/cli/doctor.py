@@ -191,7 +191,9 @@ def multinode(deepspeed: str | None, active: dict[str, Any]) -> dict[str, Any]:
 
 
 # Every state doctor can find, in the order they are decided, and whether ``--strict`` fails on it: exactly the
-# states that leave an affected job unfixed or a value unaccepted (docs/doctor.md lists them with their lines).
+# states where the mode chosen cannot act on an affected job (not armed at start-up, off, a release older than the
+# table) or the value is not accepted (docs/doctor.md lists them with their lines). Warn mode acts as chosen, by
+# warning: an image built for a roll-out's first step passes its check.
 STATES: dict[str, bool] = {
     "bad-value": True,  # ACCELERATE_WARMUP_PATCH holds a value the package does not accept
     "no-deepspeed": False,  # nothing to patch in this environment
@@ -203,8 +205,8 @@ STATES: dict[str, bool] = {
     "affected-not-active": True,
     "backports-active": False,  # the first step is fixed upstream; the patch still backports a later change
     "backports-not-active": True,
-    "affected-warn": True,  # warn mode: a new process runs unpatched and names each affected scheduler
-    "backports-warn": True,
+    "affected-warn": False,  # warn mode: a new process runs unpatched and names each affected scheduler
+    "backports-warn": False,
 }
 _STEP_NOTE = " (step mode still applies if chosen)"
 

@@ -17,11 +17,13 @@ in the job's environment, or `import accelerate_warmup_patch` first in the train
 EPILOG = """\
 exit codes:
   0  done; doctor: nothing --strict fails on (or --strict not given)
-  1  doctor --strict: an affected job would run unpatched, or ACCELERATE_WARMUP_PATCH holds a value it
-     does not accept; demo: the patched run did not start at the warmup lr; audit: a run is affected
+  1  doctor --strict: the mode chosen cannot act on an affected job (not armed, off, a DeepSpeed too old
+     for the patch; warn passes), or ACCELERATE_WARMUP_PATCH holds a value it does not accept; demo: the
+     patched run did not start at the warmup lr; audit: a run is affected
   2  usage error, an unreadable --config, or what demo needs is missing (torch, DeepSpeed, matplotlib);
      audit: no run is affected, and something could not be read (a PATH with no DeepSpeed checkpoint, an
-     unreadable run, a folder that cannot be listed)
+     unreadable run, a folder that cannot be listed); audit --summarize: also a part missing, given twice,
+     unfinished or another audit's, or a file it cannot read (whatever the runs' verdicts)
   130, 143  audit: stopped by SIGINT (Ctrl-C) or SIGTERM, after the runs judged so far and the summary
   141  the reader closed the output early (`| head`): the rest is dropped, nothing is printed, as for a tool
      that SIGPIPE ends (128 + 13)"""
@@ -38,8 +40,11 @@ the installed release's own scheduler class on a throwaway optimizer (no model, 
 a child interpreter that imports torch and DeepSpeed: 5-15 s, said on stderr while it runs."""
 DOCTOR_EPILOG = """\
 states (--strict exits 1 on the starred ones):
-  affected-active, affected-not-active*, affected-warn*, backports-active, backports-not-active*,
-  backports-warn*, fixed-upstream, not-affected (--config), untested, unsupported*, no-deepspeed, bad-value*
+  affected-active, affected-not-active*, affected-warn, backports-active, backports-not-active*,
+  backports-warn, fixed-upstream, not-affected (--config), untested, unsupported*, no-deepspeed, bad-value*
+--strict fails where the mode chosen cannot act on an affected job (unset, off, not reaching the job's
+interpreter, a release older than the table) or the value is not accepted; warn passes (the roll-out's
+first step: jobs run unpatched and warn, as chosen).
 "auto" values: the HF Trainer and accelerate fill them at run time; doctor says with what, fills
 only warmup_min_lr (0) and warmup_max_lr (the optimizer's lr), and asks for the rest (--lr, --set)."""
 DEMO = """\
@@ -58,10 +63,11 @@ Reads the DeepSpeed checkpoints of finished runs (each PATH: a checkpoint folder
 folder, a Trainer output folder, or a folder of many runs, searched) and says per run, from its newest
 tag: the release that wrote it, its scheduler, the lr optimizer step 0 ran at (from its earliest save, and
 the record a patched run left there) and the lr DeepSpeed 0.19.8 runs it at, and a verdict: affected, not
-affected, unknown or unreadable; one per engine where a folder holds the saves of several (accelerate's
-pytorch_model, pytorch_model_1). A PATH may be an fsspec URL (s3://bucket/prefix; the [s3] or [gcs]
-extra). Nothing a checkpoint's pickle names is imported or run, no tensor is read, every read is bounded;
-needs neither torch nor deepspeed. A ds_config saved as a path is read when absolute, or relative under
+affected, unknown, unreadable, skipped (a symlinked folder, a run named twice); one per engine where a
+folder holds the saves of several (accelerate's pytorch_model, pytorch_model_1). A PATH may be an fsspec
+URL (s3://bucket/prefix: pip install fsspec s3fs, or the [s3] / [gcs] extra). Nothing a checkpoint's
+pickle names is imported or run, no tensor is read, every read is bounded; needs neither torch nor
+deepspeed. A ds_config saved as a path is read when absolute, or relative under
 --config-root. Each run is written as soon as it is judged, a summary at the end (on stderr with
 --json/--jsonl); Ctrl-C or SIGTERM stops it with every run judged so far written whole, then the partial
 summary (exit 130 / 143)."""
@@ -99,7 +105,8 @@ def _parser() -> argparse.ArgumentParser:
                                  description=DOCTOR, epilog=DOCTOR_EPILOG, formatter_class=raw)
     doctor.add_argument("--json", action="store_true", help="one JSON object on stdout (key 'state': the verdict)")
     doctor.add_argument("--strict", action="store_true",
-                        help="exit 1 when an affected job would run unpatched or a value is not accepted")
+                        help="exit 1 where the mode chosen cannot act on an affected job (not armed, off, a "
+                             "release older than the table) or a value is not accepted; warn mode passes")
     doctor.add_argument("-v", "--verbose", action="store_true", help="also each multi-node runner's syntax")
     doctor.add_argument("--config", metavar="FILE",
                         help="a ds_config JSON, or a TrainingArguments JSON / accelerate YAML that names one")
@@ -127,7 +134,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="JSON lines: one object per run on stdout, each written as soon as the run is judged")
     form.add_argument("--summarize", action="store_true",
                       help="each PATH is a file of --jsonl lines (- for stdin; the parts of a sharded audit, "
-                           "merged): print their summary, exit as the audit would")
+                           "merged): check that they are every shard of one audit, each once and finished (else "
+                           "name each part that is not and exit 2), print their summary, exit as the audit would")
     audit.add_argument("--config-root", metavar="DIR",
                        help="the job's working directory: where a ds_config saved as a relative path is read")
     audit.add_argument("--exclude", metavar="GLOB", action="append", default=[],

@@ -39,8 +39,16 @@ def audit(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command(*args), env=_env(), capture_output=True, text=True, timeout=LIMIT_S)
 
 
-def lines(proc: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in proc.stdout.splitlines()]
+def lines(proc: subprocess.CompletedProcess[str] | str) -> list[dict[str, Any]]:
+    """The reports of a --jsonl output (without its part's opening and closing lines)."""
+    return [r for r in map(json.loads, (proc if isinstance(proc, str) else proc.stdout).splitlines()) if "verdict" in r]
+
+
+def ends(out: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A --jsonl output's opening and closing lines."""
+    first, *_, last = map(json.loads, out.splitlines())
+    assert first["audit_part"] == "opening" and last["audit_part"] == "closing", (first, last)
+    return first, last
 
 
 def fleet(root: Path, runs: int) -> Path:
@@ -67,20 +75,27 @@ def test_a_stopped_audit_leaves_every_judged_run_whole_and_a_partial_summary(
                             text=True)
     assert proc.stdout is not None and proc.stderr is not None
     first = proc.stdout.readline()  # out before the walk is over: the audit streams
+    if form == "--jsonl":
+        first += proc.stdout.readline()  # the first report, after the part's opening line
     proc.send_signal(signum)
     rest, stderr = proc.stdout.read(), proc.stderr.read()  # communicate() would skip what readline buffered
     proc.wait(timeout=LIMIT_S)
     assert proc.returncode == code, (proc.returncode, stderr)
     assert "Traceback" not in stderr and f"stopped by {signal.Signals(signum).name}" in stderr, stderr
-    reports = [json.loads(line) for line in (first + rest).splitlines()] if form == "--jsonl" else \
-        json.loads(first + rest)  # --json: still one valid document
+    reports = lines(first + rest) if form == "--jsonl" else json.loads(first + rest)  # --json: one valid document
     assert 0 < len(reports) < 1000 and all(r["verdict"] == "affected" for r in reports), len(reports)
     assert f": {len(reports)} report" in stderr, stderr
+    if form == "--jsonl":
+        assert ends(first + rest)[1] == {"audit_part": "closing", "shard": "0/1", "paths": [str(runs)],
+                                         "exclude": [], "reports": len(reports), "finished": False,
+                                         "stopped_by": signal.Signals(signum).name, "errors": []}
 
 
 def test_jsonl_is_one_report_a_line_and_the_summary_goes_to_stderr(tmp_path: Path) -> None:
     proc = audit("--jsonl", str(fleet(tmp_path, 30)))
-    assert proc.returncode == 1 and len(lines(proc)) == 30, proc.stderr
+    assert proc.returncode == 1 and len(lines(proc)) == 30 == len(proc.stdout.splitlines()) - 2, proc.stderr
+    opening, closing = ends(proc.stdout)
+    assert opening["shard"] == closing["shard"] == "0/1" and closing["reports"] == 30 and closing["finished"]
     assert "30 reports" in proc.stderr and "30 affected" in proc.stderr and "DeepSpeed 0.15.2: 30" in proc.stderr
 
 
@@ -108,6 +123,77 @@ def test_merged_parts_summarize_as_the_whole(tmp_path: Path) -> None:
         (tmp_path / f"part-{k}.jsonl").write_text(audit("--jsonl", "--shard", f"{k}/2", str(runs)).stdout)
     proc = audit("--summarize", *(str(tmp_path / f"part-{k}.jsonl") for k in range(2)))
     assert proc.returncode == 1 and proc.stdout.startswith("summary: 40 reports: 40 affected"), proc
+    assert f"  parts: 2 of 2 shards of {runs}, each finished" in proc.stdout.splitlines() and proc.stderr == ""
+
+
+def _task(runs: Path, shard: str, part: Path, *, stop: bool = False) -> None:
+    """One array task: its part written to a file as `> part-K.jsonl` does; ``stop``: SIGTERM once a report is out
+    (as scancel or a time limit sends it; the pipe's buffer holds far fewer lines than the shard's runs)."""
+    proc = subprocess.Popen(command("--jsonl", "--shard", shard, str(runs)), env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    out = proc.stdout.readline() + proc.stdout.readline()  # the opening line and a first report
+    if stop:
+        proc.send_signal(signal.SIGTERM)
+    out += proc.stdout.read()
+    proc.stderr.read()
+    assert proc.wait(timeout=LIMIT_S) in ((143,) if stop else (0, 1))  # 0: a shard without runs
+    part.write_text(out)
+
+
+def test_a_merge_names_each_missing_empty_stopped_cut_twice_given_and_foreign_part_and_exits_2(
+        tmp_path: Path) -> None:
+    # an array of 6 tasks over 1200 runs (about 200 each): 0 and 1 finished, 2 never ran (no file), 3 failed before
+    # the audit ran (an empty file), 4 stopped by SIGTERM, 5 killed without a chance to close (SIGKILL: its last
+    # line gone); beside them a copy of part 1 and an earlier audit's part of another folder, matched by the glob
+    runs = fleet(tmp_path, 1200)
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    for k in (0, 1, 5):
+        _task(runs, f"{k}/6", parts / f"part-{k}.jsonl")
+    _task(runs, "4/6", parts / "part-4.jsonl", stop=True)
+    (parts / "part-3.jsonl").write_text("")
+    cut = parts / "part-5.jsonl"
+    cut.write_text("".join(cut.read_text().splitlines(keepends=True)[:-1]))
+    (parts / "part-1-again.jsonl").write_bytes((parts / "part-1.jsonl").read_bytes())
+    files.write_run(tmp_path / "other" / "run")
+    _task(tmp_path / "other", "0/6", parts / "part-old.jsonl")
+    proc = audit("--summarize", *sorted(map(str, parts.glob("part-*.jsonl"))))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc
+    errors = [line.removeprefix("accelerate-warmup-patch audit: error: ") for line in proc.stderr.splitlines()]
+    stopped = len(lines((parts / "part-4.jsonl").read_text()))
+    assert 0 < stopped < 150, stopped
+    assert sorted(errors) == sorted([
+        f"{parts / 'part-3.jsonl'}: empty: its task wrote nothing (it never ran the audit, or failed before it "
+        "started)",
+        f"{parts / 'part-4.jsonl'}: shard 4/6 stopped by SIGTERM after {stopped} reports: run it again",
+        f"{cut}: shard 5/6 cut short: no closing line after {len(lines(cut.read_text()))} reports (its process was "
+        "killed before it could write one: SIGKILL after a time limit, a lost node)",
+        f"{parts / 'part-old.jsonl'}: another audit's part (shard 0/6 of PATHs {tmp_path / 'other'}), not of this "
+        f"merge's audit (N=6, PATHs {runs})",
+        "shard 2/6: missing (no part of it among the files given)",
+        "shard 3/6: missing (no part of it among the files given)",
+        f"shard 1/6: 2 parts ({parts / 'part-1-again.jsonl'}, {parts / 'part-1.jsonl'}), each counted"]), errors
+    assert f"  parts: 4 of 6 shards of {runs}" in proc.stdout.splitlines(), proc.stdout
+
+
+def test_a_file_that_cannot_be_read_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    _task(fleet(tmp_path, 5), "0/1", tmp_path / "part-0.jsonl")
+    for bad in (tmp_path / "part-9.jsonl", tmp_path):
+        proc = audit("--summarize", str(tmp_path / "part-0.jsonl"), str(bad))
+        assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc
+        assert proc.stderr.startswith(f"accelerate-warmup-patch audit: error: {bad}: cannot read it ("), proc.stderr
+
+
+def test_parts_of_an_older_audit_without_their_lines_are_read_with_a_note(tmp_path: Path) -> None:
+    part = tmp_path / "part-0.jsonl"
+    _task(fleet(tmp_path, 5), "0/1", part)
+    part.write_text("".join(part.read_text().splitlines(keepends=True)[1:-1]))  # as 0.6.0 wrote it
+    proc = audit("--summarize", str(part))
+    assert proc.returncode == 1 and proc.stdout.startswith("summary: 5 reports: 5 affected"), proc
+    assert proc.stderr == (f"accelerate-warmup-patch audit: note: {part}: 5 reports with no opening or closing line "
+                           "(an audit older than 0.7.0 writes none): whether that part is whole, and which shard it "
+                           "is, cannot be told\n"), proc.stderr
 
 
 def test_jobs_give_the_same_reports_in_the_same_order(tmp_path: Path) -> None:
@@ -177,3 +263,16 @@ def test_a_run_named_by_its_tag_folder_and_inside_a_folder_of_runs_is_reported_o
     files.write_run(tmp_path / "runs" / "b")
     proc = audit("--jsonl", str(tmp_path / "runs" / "a" / "global_step6"), str(tmp_path / "runs"))
     assert [Path(r["path"]).name for r in lines(proc)] == ["global_step6", "b"], proc.stdout
+
+
+def test_a_part_line_with_the_wrong_types_is_a_broken_line_not_a_traceback(tmp_path: Path) -> None:
+    part = tmp_path / "part-0.jsonl"
+    _task(fleet(tmp_path, 2), "0/1", part)
+    first, *reports, last = part.read_text().splitlines()
+    forged = {**json.loads(last), "paths": [{"a": 1}], "errors": [["x"]]}
+    part.write_text("\n".join([first, *reports, json.dumps(forged), json.dumps({**forged, "shard": "0/99999999"}),
+                               "[" * 200_000]))
+    proc = audit("--summarize", str(part))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc
+    assert "3 lines that are not a report or a part's opening or closing line" in proc.stderr
+    assert "cut short: no closing line after 2 reports" in proc.stderr, proc.stderr

@@ -5,8 +5,11 @@ ranges and never whole past 256 KiB, latest and the record read only where they 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
+import re
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[2]))
 import audit_files as files
 
-from accelerate_warmup_patch.cli.audit import report
+from accelerate_warmup_patch.cli.audit import report, stores
 
 fsspec = pytest.importorskip("fsspec", reason="fsspec (nox -s unit installs it)")
 
@@ -27,7 +30,8 @@ def audit(*paths: str) -> tuple[int, list[dict[str, Any]], str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = report.main(list(paths), form=report.JSONL)
-    return code, [json.loads(line) for line in out.getvalue().splitlines()], err.getvalue()
+    reports = [r for r in map(json.loads, out.getvalue().splitlines()) if "verdict" in r]  # not the part's lines
+    return code, reports, err.getvalue()
 
 
 @pytest.fixture
@@ -95,3 +99,38 @@ def test_a_missing_url_is_the_paths_line_and_exit_2() -> None:
     code, reports, stderr = audit("memory://no-such-folder")
     assert code == 2 and reports == [] and stderr.startswith("accelerate-warmup-patch audit: error: "), stderr
     assert len(stderr.splitlines()) == 1
+
+
+def _extras() -> dict[str, set[str]]:
+    """pyproject.toml's extras, each the set of package names it installs."""
+    text = (Path(__file__).parents[2] / "pyproject.toml").read_text(encoding="utf-8")
+    section = text.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+    return {name: {pin.split(">")[0].split("=")[0] for pin in json.loads(pins)}
+            for name, pins in re.findall(r"^(\w+)\s*=\s*(\[.*\])", section, re.M)}
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs", "az", "abfs", "oci"])
+def test_without_fsspec_the_error_names_packages_that_exist(scheme: str) -> None:
+    # the package is not on PyPI: the hint names fsspec and the package fsspec's own registry names for the scheme,
+    # and an extra only where pyproject.toml has one holding exactly these (0.6.0 named an [az] extra it lacks)
+    hint = stores.install_hint(scheme)
+    known = importlib.import_module("fsspec.registry").known_implementations
+    implementation = known[scheme]["class"].split(".")[0]
+    extras = _extras()
+    if scheme == "oci":
+        assert hint == "pip install fsspec and the package fsspec's registry names for oci://", hint
+        return
+    assert hint.startswith(f"pip install fsspec {implementation}"), hint
+    for extra in re.findall(r"\[(\w+)\] extra", hint):
+        assert extras[extra] == {"fsspec", implementation}, extras
+    assert ("[" in hint) is any(implementation in packages for packages in extras.values()), hint
+
+
+def test_a_url_without_fsspec_is_one_line_naming_what_to_install(tmp_path: Path) -> None:
+    # python -S: no site-packages, so no fsspec; the package alone on the path
+    proc = subprocess.run([sys.executable, "-S", "-m", "accelerate_warmup_patch", "audit", "s3://bucket/runs"],
+                          env={"PYTHONPATH": str(Path(__file__).parents[2])}, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr == (
+        "accelerate-warmup-patch audit: error: s3://bucket/runs: s3:// needs fsspec and the store's package: pip "
+        "install fsspec s3fs (the [s3] extra: pip install '<the wheel or the clone>[s3]')\n"), proc.stderr

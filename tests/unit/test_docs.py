@@ -8,13 +8,20 @@ no command runs.
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import shlex
+import sys
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+import quickstart  # the README's shell lines (tests/quickstart.py: standard library only)
+
 from accelerate_warmup_patch import settings
 from accelerate_warmup_patch.cli import main
+from accelerate_warmup_patch.cli.audit.verdicts import VERDICTS
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -25,7 +32,8 @@ CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
 LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)
 HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"")
-COMMAND = re.compile(r"(?:accelerate-warmup-patch|python3? -m accelerate_warmup_patch)\s+(\w+)((?:\s+[^\s|;&#]+)*)")
+COMMAND = re.compile(r"(?<![\w/.-])(?:accelerate-warmup-patch|python3? -m accelerate_warmup_patch)\s+(\w+)"
+                     r"((?:\s+[^\s|;&#]+)*)")
 BARE_COMMAND = re.compile(r"^(doctor|status|demo|audit)((?:\s+[^\s|;&#]+)*)$")
 FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
 VARIABLE = re.compile(r"\bACCELERATE_WARMUP_PATCH\w*")
@@ -174,3 +182,101 @@ def test_every_variable_the_docs_name_is_one_settings_reads() -> None:
 def test_the_readme_names_every_variable_settings_reads() -> None:
     known = {value for name, value in vars(settings).items() if name.startswith("ENV_")}
     assert known <= set(VARIABLE.findall(README.read_text(encoding="utf-8")))
+
+
+# The audit's verdicts ------------------------------------------------------------------------------------------
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_verdicts_are_the_same_in_the_readme_the_help_the_docs_and_the_code() -> None:
+    assert len(VERDICTS) == 5 and "skipped" in VERDICTS
+    assert ", ".join(f"`{v}`" for v in VERDICTS) in _words(README.read_text(encoding="utf-8"))
+    assert f"a verdict: {', '.join(VERDICTS)} " in _words(_subcommands()["audit"].format_help())
+    page = (ROOT / "docs" / "audit.md").read_text(encoding="utf-8")
+    section = page.split("## Verdicts and exit status", 1)[1].split("\n## ", 1)[0]
+    assert tuple(re.findall(r"^\| `([a-z ]+)` \|", section, re.M)) == VERDICTS
+
+
+# Every shell line of the README --------------------------------------------------------------------------------
+
+# the lines no parser here can check, each run as written by the test named (a line's start -> file::test)
+INSTALL_LINES = "tests/test_deploy.py::test_the_readmes_install_lines_install_the_wheel_and_an_extra_and_remove_it"
+MODULE_LINES = "tests/test_deploy.py::test_module_load_arms_a_real_deepspeed_job_and_unload_disarms_the_next"
+RUN_AS_WRITTEN = {
+    "python3 -m pip wheel ": "tests/test_deploy.py::wheel",
+    "python3 -m pip install dist/": INSTALL_LINES,
+    'python3 -m pip install "dist/': INSTALL_LINES,
+    "python3 -m pip uninstall ": INSTALL_LINES,
+    "deploy/install-prefix.sh ": "tests/test_deploy.py::prefix",
+    "module use ": MODULE_LINES,
+    "module load ": MODULE_LINES,
+    "module unload ": MODULE_LINES,
+    "python3 -m pip install -q nox": ".ci/run",  # the same install, then noxfile.py's CI_SESSIONS, the demo among them
+    "bash .ci/run": ".ci/run",  # CI's entry point itself
+}
+LAUNCHERS = ("torchrun", "accelerate", "deepspeed", "srun")  # tests/test_quickstart.py's RUN_BY names each line's test
+SHELL = {"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "16"}  # what an array task's shell holds
+
+
+def _parsed(line: str) -> argparse.Namespace:
+    """An ``accelerate-warmup-patch`` line as the shell hands it over (its variables given values, its redirection
+    dropped), parsed by the command's own parser: a usage error is SystemExit."""
+    words = shlex.split(re.sub(r"\$(\w+)", lambda m: SHELL[str(m.group(1))], line))
+    words = words[:next((i for i, word in enumerate(words) if word.startswith(">")), len(words))]
+    return main._parser().parse_args(words[1:])
+
+
+def _accepted(name: str, value: str) -> bool:
+    if name == settings.ENV_MODE:
+        return settings.lookup(value) is not None
+    return name == settings.ENV_RECORD and value in re.findall(r"\w+", settings.RECORD_ACCEPTED)
+
+
+def test_every_shell_line_of_the_readme_is_parsed_checked_or_run_by_a_test() -> None:
+    unchecked = []
+    for line in quickstart.lines():
+        if line.startswith("accelerate-warmup-patch "):
+            assert _parsed(line).command in _subcommands(), line
+        elif line.startswith("export "):
+            name, _, value = line.removeprefix("export ").partition("=")
+            assert _accepted(name, value), line
+        elif line.split()[0] in LAUNCHERS:
+            assert f'"{line}":' in (ROOT / "tests" / "test_quickstart.py").read_text(encoding="utf-8"), line
+        else:
+            runner = next((test for start, test in RUN_AS_WRITTEN.items() if line.startswith(start)), None)
+            if runner is None:
+                unchecked.append(line)
+                continue
+            file, _, name = runner.partition("::")
+            text = (ROOT / file).read_text(encoding="utf-8")
+            if name:
+                assert f"def {name}(" in text, runner
+            else:  # .ci/run: the line itself, or the install .ci/run does before the sessions
+                assert line == f"bash {file}" or line.split(" && ")[0] in text, line
+    assert unchecked == [], unchecked
+
+
+def test_the_readmes_demo_session_is_one_that_ci_runs() -> None:
+    noxfile = (ROOT / "noxfile.py").read_text(encoding="utf-8")
+    assert "nox -s demo" in quickstart.line("python3 -m pip install -q nox") and '"demo"' in noxfile
+    assert re.search(r"CI_SESSIONS = \[.*?\"demo\"", noxfile, re.S)
+
+
+def test_the_audit_lines_parse_into_what_they_say() -> None:
+    shard = _parsed(quickstart.line("accelerate-warmup-patch audit --jsonl --shard"))
+    assert shard.shard == (3, 16) and shard.jsonl and shard.exclude == ["wandb"] and shard.paths == ["/runs"]
+    merged = _parsed(quickstart.line("accelerate-warmup-patch audit --summarize"))
+    assert merged.summarize and merged.paths == ["part-*.jsonl"]
+
+
+def test_the_readmes_newest_row_is_the_newest_releases_recorded_run() -> None:
+    # the demo's own rows of the installed release are tests/test_cli.py's (on 0.15.2); the newest release's row is
+    # tests/golden.json's run of the demo's schedule (the harness's WarmupLR-linear: 0 -> 1e-3 over 5 steps), which
+    # tests/test_core.py holds to a live run of that release
+    golden = json.loads((ROOT / "tests" / "golden.json").read_text(encoding="utf-8"))
+    name = f"DeepSpeed {golden['deepspeed']} (newest), unpatched or patched"
+    row = next(line for line in README.read_text(encoding="utf-8").splitlines() if line.startswith(f"| {name} |"))
+    lrs = [[float(cell.strip().strip("*"))] for cell in row.strip("|").split("|")[1:5]]
+    assert lrs == golden["runs"]["deepspeed:WarmupLR-linear:g0.001:ga1:z0"][:4], row

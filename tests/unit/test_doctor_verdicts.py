@@ -109,6 +109,34 @@ def test_with_a_config_a_backport_counts_only_where_its_params_meet_it(params: d
     assert backports is None or f"the patch still backports {backports} - " in line, line
 
 
-def test_strict_fails_exactly_where_an_affected_job_runs_unfixed_or_a_value_is_not_accepted() -> None:
+def test_strict_fails_exactly_where_the_mode_chosen_cannot_act_or_a_value_is_not_accepted() -> None:
     assert {state for state, fails in doctor.STATES.items() if fails} == {
-        "bad-value", "unsupported", "affected-not-active", "backports-not-active", "affected-warn", "backports-warn"}
+        "bad-value", "unsupported", "affected-not-active", "backports-not-active"}
+
+
+# docs/doctor.md's rule, a row per mode: (ACCELERATE_WARMUP_PATCH, armed in a new process, release, --strict fails)
+STRICT_BY_MODE = [
+    ("reset", True, "0.15.2", False), ("enabled", True, "0.15.2", False), ("step", True, "0.15.2", False),
+    ("warn", True, "0.15.2", False),  # the roll-out's first step: an image built for it passes its check
+    ("warn", True, "0.19.3", False),
+    ("reset", False, "0.15.2", True), ("warn", False, "0.15.2", True),  # not reached (python -S, a --target folder)
+    ("warn", False, "0.19.3", True),
+    (None, False, "0.15.2", True), ("off", False, "0.15.2", True), ("0", False, "0.19.3", True),
+    ("reset", True, "0.8.3", True), ("warn", True, "0.8.3", True),  # older than the table: nothing acts there
+    ("rset", False, "0.15.2", True), ("rset", False, "0.19.8", True),
+    (None, False, "0.19.8", False), ("off", False, "0.19.8", False), ("warn", True, "0.19.8", False),
+]
+
+
+@pytest.mark.parametrize(("env", "armed", "version", "fails"), STRICT_BY_MODE)
+def test_strict_by_mode(env: str | None, armed: bool, version: str, fails: bool,
+                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    if env is not None:
+        monkeypatch.setenv(ENV, env)
+    active = _active(env)
+    if not armed and active["active_at_start_up"]:  # the value would arm it, but the interpreter is not reached
+        active.update(active_at_start_up=False, mode="not armed", through=[],
+                      why_not="site.py does not run there, so no .pth and no sitecustomize is read")
+    state, _ = doctor.decide({"deepspeed": version}, active)
+    assert doctor.STATES[state] is fails, state

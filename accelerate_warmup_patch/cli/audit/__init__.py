@@ -16,13 +16,14 @@ Every PATH, run and folder that could not be read gets its line; a file's failur
 The subpackage, one job a module, imports pointing down: ``verdicts`` (the names), ``checkpoint_pickle`` (a torch
 file read as data, every bound in one place), ``find`` (the runs under a PATH), ``read`` (one save's facts),
 ``stores`` (where a run's files are read), ``judge`` (one run's verdict), ``summary`` (the counts at the end),
-``jobs`` (runs judged in worker processes), ``report`` (the command: reports written as they come).
+``jobs`` (runs judged in worker processes), ``parts`` (a part's opening and closing lines, and the merge of
+parts), ``report`` (the command: reports written as they come).
 """
 
 from __future__ import annotations
 
+from .parts import summarize
 from .report import Options, audit, main
-from .summary import summarize
 from .verdicts import AFFECTED, NOT_AFFECTED, SKIPPED, UNKNOWN, UNREADABLE
 
 __all__ = ["AFFECTED", "NOT_AFFECTED", "SKIPPED", "UNKNOWN", "UNREADABLE", "Options", "audit", "main",

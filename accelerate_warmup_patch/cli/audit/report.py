@@ -22,7 +22,7 @@ from pathlib import PurePath
 from typing import Any, TextIO
 
 from ... import releases
-from . import jobs, stores, summary
+from . import jobs, parts, stores, summary
 from .find import NoRun, Run, Symlinked, Unsearched, walk
 from .judge import blank_row, judged_report, lr_text, lrs_text, unreadable_report
 from .summary import Summary
@@ -295,6 +295,8 @@ def main(paths: list[str], as_json: bool = False, config_root: str | None = None
     stopped: int | None = None
     progress = summary.Progress()
     with _Signals() as signals:
+        if form == JSONL:  # a part that says who it is: --summarize checks the parts (parts.py)
+            writer.write(parts.opening(paths, options.shard, options.exclude))
         try:
             for report in _reports(paths, options, tally, errors, lambda: signals.received is not None):
                 tally.add(report)
@@ -311,6 +313,9 @@ def main(paths: list[str], as_json: bool = False, config_root: str | None = None
             progress.close()
         signals.writing = True  # the closing lines go out whole, whatever comes now
         writer.close()
+        if form == JSONL:
+            writer.write(parts.closing(paths, options.shard, options.exclude, reports=sum(tally.verdicts.values()),
+                                       stopped=stopped, errors=errors))
         if tally.verdicts or stopped is not None:  # a PATH's error line alone needs no summary under it
             tally.write(sys.stdout if form == TEXT else sys.stderr, stopped)
     if stopped is not None:

@@ -1,5 +1,5 @@
 """Where the runs are: the local file system, or an object store through fsspec (any fsspec URL: ``s3://``,
-``gs://``, ``az://``...; fsspec and the store's own package, e.g. the ``[s3]`` or ``[gcs]`` extra, are imported
+``gs://``, ``az://``...; fsspec and the store's own package, e.g. from the ``[s3]`` or ``[gcs]`` extra, are imported
 only for such a PATH, never by the training-time patch).
 
 A place lists folders for the walk (``entries``) and gives each run a store (``store``) holding what the walk
@@ -179,6 +179,23 @@ def url_path(scheme: str, path: str) -> UrlPath:
     return kind(path)
 
 
+# the package fsspec needs for a scheme (fsspec's own registry, which is not importable without fsspec), and the
+# extra of pyproject.toml that installs it with fsspec, where there is one
+_STORE_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs",
+                   "abfss": "adlfs"}
+_EXTRAS = {"s3fs": "s3", "gcsfs": "gcs"}
+
+
+def install_hint(scheme: str) -> str:
+    """What to install for ``scheme://`` PATHs, in words that work for a package that is not on PyPI."""
+    package = _STORE_PACKAGES.get(scheme)
+    if package is None:
+        return f"pip install fsspec and the package fsspec's registry names for {scheme}://"
+    extra = _EXTRAS.get(package)
+    also = f" (the [{extra}] extra: pip install '<the wheel or the clone>[{extra}]')" if extra else ""
+    return f"pip install fsspec {package}{also}"
+
+
 def _why(error: BaseException) -> str:
     text = getattr(error, "strerror", None) or str(error) or type(error).__name__
     return f"{type(error).__name__}: {text}"[:300] if not isinstance(error, OSError) else str(text)[:300].lower()
@@ -206,8 +223,7 @@ class FsspecPlace:
     def check_root(self) -> None:
         if self.fs is None:
             scheme = self.root.scheme if isinstance(self.root, UrlPath) else "?"
-            raise OSError(f"{scheme}:// needs fsspec and the store's package (pip install "
-                          f"'accelerate-warmup-patch[{'gcs' if scheme in ('gs', 'gcs') else scheme}]')")
+            raise OSError(f"{scheme}:// needs fsspec and the store's package: {install_hint(scheme)}")
         # the first listing (entries) says whether it is there; a key that is a file is not a folder
         try:
             info = self.fs.info(self._path(self.root))

@@ -1,10 +1,8 @@
 """The counts at the end of an audit (per verdict, per DeepSpeed release, runs a second), the exit code they
-make, the same summary of JSON lines merged from several audits (``--summarize``), and the progress line a
-terminal shows while it runs."""
+make (``--summarize`` sums merged parts with it: parts.py), and the progress line a terminal shows while it runs."""
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import time
@@ -12,9 +10,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from .verdicts import AFFECTED, SKIPPED, UNREADABLE
-
-_RUN_VERDICTS = ("affected", "not affected", "unknown", "unreadable", "skipped")
+from .verdicts import AFFECTED, SKIPPED, UNREADABLE, VERDICTS
 
 
 class Summary:
@@ -45,7 +41,7 @@ class Summary:
         rows = sum(self.verdicts.values())
         head = "summary" if stopped is None else \
             f"summary (stopped by {signal.Signals(stopped).name}: the reports above only)"
-        verdicts = ", ".join(f"{self.verdicts[v]} {v}" for v in _RUN_VERDICTS if self.verdicts[v])
+        verdicts = ", ".join(f"{self.verdicts[v]} {v}" for v in VERDICTS if self.verdicts[v])
         rate = f" in {seconds:.1f} s ({rows / seconds:.0f}/s)" if self.timed else ""
         lines = [f"{head}: {rows} report{'s' if rows != 1 else ''}{rate}" + (f": {verdicts}" if verdicts else "")]
         if self.releases:
@@ -66,29 +62,6 @@ def _release_key(release: str) -> tuple[int, ...]:
         return tuple(int(part) for part in release.split(".")[:3])
     except ValueError:
         return (1 << 30,)
-
-
-def summarize(files: list[str]) -> int:
-    """The summary of JSON lines that audits wrote (``cat part-*.jsonl``), on stdout; its exit code is the
-    audit's: 1 if a run is affected, else 2 if one is unreadable (or a line is not a report), else 0."""
-    tally = Summary(timed=False)
-    broken = 0
-    for name in files:
-        with (sys.stdin if name == "-" else open(name, encoding="utf-8")) as lines:
-            for line in lines:
-                try:
-                    report = json.loads(line)
-                    if not isinstance(report, dict) or "verdict" not in report:
-                        raise ValueError("not a report")
-                except ValueError:
-                    broken += 1
-                    continue
-                tally.add(report)
-    tally.write(sys.stdout)
-    if broken:
-        print(f"accelerate-warmup-patch audit: error: {broken} line{'s' if broken != 1 else ''} that are not a "
-              "report (a part cut short?)", file=sys.stderr)
-    return tally.exit_code(["broken"] if broken else [])
 
 
 class Progress:

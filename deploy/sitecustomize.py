@@ -1,0 +1,37 @@
+"""accelerate-warmup-patch's ``sitecustomize`` for a prefix install on ``PYTHONPATH`` (an environment module, whose
+modulefile puts this file's folder first on ``PYTHONPATH``: docs/deploy.md).
+
+Python reads ``.pth`` files only in site folders, never in a ``PYTHONPATH`` folder, so the package's own ``.pth`` line
+is not read from a prefix install. ``site.py`` imports the first ``sitecustomize`` on ``sys.path``, which is this
+file: it does what the ``.pth`` line does (import the package, which arms itself, when ``ACCELERATE_WARMUP_PATCH`` is
+set; import nothing when it is not, so ``module unload`` disarms), then runs the ``sitecustomize`` it hides (the
+Python's own, Debian's, or a user's), so that nothing of theirs is lost. Neither happens under ``python -S`` (no
+``site.py``); ``python -E`` and ``-I`` ignore ``PYTHONPATH``, so the prefix is not on their path at all.
+"""
+
+import os
+import sys
+
+
+def _arm() -> None:
+    # the .pth line's test: a dict lookup when the variable is unset
+    if os.environ.get("ACCELERATE_WARMUP_PATCH", "").strip():
+        import accelerate_warmup_patch  # noqa: F401  (its import arms it, in the variable's mode)
+
+
+def _run_the_hidden_one() -> None:
+    """Run the next ``sitecustomize`` on ``sys.path`` after this file's folder, as site.py would have."""
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.loader is not None:
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
+try:
+    _arm()
+finally:  # whatever arming did (strict mode may raise), the hidden sitecustomize still runs
+    _run_the_hidden_one()
