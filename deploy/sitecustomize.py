@@ -12,6 +12,16 @@ Python's own, Debian's, or a user's), so that nothing of theirs is lost. Neither
 import os
 import sys
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _dependencies_last() -> None:
+    """PREFIX/deps (wrapt) after every folder the job already has: a job's own wrapt stays the one it imports, and a
+    job without one finds the prefix's. PYTHONPATH would put it first, shadowing the job's."""
+    deps = os.path.join(os.path.dirname(HERE), "deps")
+    if os.path.isdir(deps) and deps not in sys.path:
+        sys.path.append(deps)
+
 
 def _arm() -> None:
     # the .pth line's test: a dict lookup when the variable is unset
@@ -24,14 +34,14 @@ def _run_the_hidden_one() -> None:
     import importlib.machinery
     import importlib.util
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    rest = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != here]
+    rest = [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != HERE]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is not None and spec.loader is not None:
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
 
 
 try:
+    _dependencies_last()
     _arm()
 finally:  # whatever arming did (strict mode may raise), the hidden sitecustomize still runs
     _run_the_hidden_one()

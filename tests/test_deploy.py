@@ -228,12 +228,16 @@ def test_module_load_arms_a_real_deepspeed_job_and_unload_disarms_the_next(tmp_p
 {quickstart.line("module use").replace(README_PREFIX, shlex.quote(str(root)))}
 {quickstart.line("module load")}
 accelerate-warmup-patch doctor --strict > {shlex.quote(str(tmp_path / 'doctor.txt'))}
+{shlex.quote(str(python))} -c 'import wrapt; print("wrapt:", wrapt.__file__)'
 AWP_LAUNCH_OUT={shlex.quote(str(loaded))} {job}
 {quickstart.line("module unload")}
 echo "after unload: [${{ACCELERATE_WARMUP_PATCH:-}}] [$PYTHONPATH]"
 AWP_LAUNCH_OUT={shlex.quote(str(unloaded))} {job}
 """, env, tmp_path)
     assert f"after unload: [] [{tmp_path / 'user'}]" in proc.stdout, proc.stdout
+    # the job's own wrapt (the suite's, through its path line), not the prefix's: the module shadows no package
+    wrapt_file = next(line for line in proc.stdout.splitlines() if line.startswith("wrapt: ")).split(" ", 1)[1]
+    assert Path(wrapt_file).is_relative_to(sysconfig.get_paths()["purelib"]), wrapt_file
     doctor = (tmp_path / "doctor.txt").read_text()
     assert doctor.startswith(f"DeepSpeed {version}: AFFECTED") and "through sitecustomize" in doctor, doctor
     armed = json.loads((loaded / "env-rank0.json").read_text())["armed"]
@@ -251,14 +255,19 @@ _PROBE = "import sys; p = sys.modules.get('accelerate_warmup_patch'); print('arm
 def test_the_tcl_modulefile_arms_and_disarms_as_the_lua_one(tmp_path: Path, prefix: tuple[Path, Path]) -> None:
     root, python = prefix
     probe = f"{shlex.quote(str(python))} -c {shlex.quote(_PROBE)}"
+    # a job's Python with no wrapt of its own: the prefix's (PREFIX/deps) is the one it finds
+    bare = _fresh_venv(tmp_path / "bare-venv")
+    bare_probe = f"{shlex.quote(str(bare))} -c {shlex.quote(_PROBE + '; import wrapt; print(wrapt.__file__)')}"
     proc = _login_shell(f"""
 module use {shlex.quote(str(root / 'modulefiles-tcl'))}
 module load accelerate-warmup-patch
 echo "loaded: $ACCELERATE_WARMUP_PATCH"
 {probe}
 {probe.replace(' -c ', ' -S -c ', 1)}
+{bare_probe}
 module unload accelerate-warmup-patch
 {probe}
 """, _environment(), tmp_path)
-    assert proc.stdout.splitlines() == ["loaded: reset", "armed: ['sitecustomize']", "armed: None", "armed: None"], \
-        proc.stdout
+    assert proc.stdout.splitlines() == ["loaded: reset", "armed: ['sitecustomize']", "armed: None",
+                                        "armed: ['sitecustomize']", str(root / "deps" / "wrapt" / "__init__.py"),
+                                        "armed: None"], proc.stdout
