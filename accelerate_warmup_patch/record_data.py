@@ -13,6 +13,7 @@ across ``cp -r``, ``rsync``, ``tar`` or an object-store sync, which change mtime
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import re
@@ -27,6 +28,10 @@ PACKAGE = "accelerate-warmup-patch"
 MODEL_STATES = re.compile(r"^(?:zero_pp_rank_(\d+)_)?mp_rank_(\d+)_model_states\.pt$")
 MAX_LOADS = 8  # the loads a record lists (newest first): the chain stays this short however often a run resumes
 MAX_MEMBERS = 1_000_000  # a central directory longer than this is not bound (no torch save holds so many tensors)
+RECORD_BYTES = 64 * 1024  # the bound of a record read back (at a load, and by the audit)
+# the temporary file of a record's atomic write: a name no reader of records matches (it does not end in .json),
+# cleaned by the next write into that folder where a killed process left one
+PARTIAL = re.compile(r"^\.accelerate_warmup_patch\.[0-9a-f]+\.partial$")
 
 # What a record says about the run's step 0 (``step0.how``). Only "observed" can clear a run; every other is a
 # reason the audit names.
@@ -153,3 +158,82 @@ def same_lr(a: float, b: float) -> bool:
 
 def same_lrs(a: list[float], b: list[float]) -> bool:
     return len(a) == len(b) and all(same_lr(x, y) for x, y in zip(a, b))
+
+
+# The shape a record is written in, for what is read back ----------------------------------------------------
+# A job carries the step0 and loads of the record it resumed from into every record it writes later; the audit reads
+# them. Both rebuild them here, key by key, to the shape marks.py writes: only these keys, each a bounded scalar or
+# a list of lrs, so that nothing read back (an lr of 1e999, a value nested 900 deep, a huge string) reaches a later
+# record or makes it unwritable.
+
+STEP0_KEYS = ("how", "deepspeed", "scheduler", "mode", "patch", "patch_did", "tag", "claimed", "why", "global_steps",
+              "lrs", "expected")
+HOP_KEYS = ("tag", "deepspeed", "global_steps", "scheduler", "record", "bound")
+_TEXT = 200  # a name, a release, a tag
+_WHY = 1000  # a sentence
+
+
+def parse(data: bytes) -> Any:
+    """A record's bytes as JSON: NaN and Infinity literals refused (a record writes non-finite lrs as strings),
+    integers past 30 digits read as null (``int()`` of a long one is quadratic on Python 3.9)."""
+    return json.loads(data.decode("utf-8"), parse_int=_bounded_int, parse_constant=_refuse_constant)
+
+
+def _bounded_int(text: str) -> int | None:
+    return int(text) if len(text) <= 30 else None
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON (a record writes a non-finite lr as a string)")
+
+
+def step_count(value: Any) -> int | None:
+    """A step count a record holds (an int from 0 to 2**63 - 1, not a bool); None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value.bit_length() > 63:
+        return None
+    return int(value)
+
+
+def scalar(value: Any, cap: int = _TEXT) -> str | int | bool | None:
+    """A plain scalar of a record: a string cut at ``cap`` characters, a bool, a step count; anything else None."""
+    if isinstance(value, str):
+        return value[:cap]
+    if isinstance(value, bool):
+        return value
+    return step_count(value)
+
+
+def written_step0(step0: Any) -> dict[str, Any]:
+    """``step0`` rebuilt in the shape a record writes it, its lrs encoded; raises ValueError where it cannot be one
+    (an unknown ``how``; an observed one without its release, step count and one lr per group)."""
+    if not isinstance(step0, dict) or step0.get("how") not in HOWS:
+        raise ValueError(f"step0.how is not one of {', '.join(HOWS)}")
+    shaped: dict[str, Any] = {key: scalar(step0[key], _WHY if key == "why" else _TEXT)
+                              for key in STEP0_KEYS[:9] if key in step0}
+    if step0.get("global_steps") is not None:
+        shaped["global_steps"] = step_count(step0["global_steps"])
+        if shaped["global_steps"] is None:
+            raise ValueError("step0.global_steps is not a step count")
+    for key in ("lrs", "expected"):
+        if step0.get(key) is not None:
+            lrs = decode_lrs(step0[key])
+            if lrs is None:
+                raise ValueError(f'step0.{key} is not a list of lrs (numbers, or "nan", "inf", "-inf")')
+            shaped[key] = [encode_lr(lr) for lr in lrs]
+        elif key in step0:
+            shaped[key] = None
+    if shaped["how"] == OBSERVED:
+        if not isinstance(shaped.get("deepspeed"), str) or shaped.get("global_steps") is None:
+            raise ValueError("an observed step0 must name its deepspeed and global_steps")
+        lrs, expected = shaped.get("lrs"), shaped.get("expected")
+        if not lrs or (expected is not None and len(expected) != len(lrs)):
+            raise ValueError("step0.lrs must hold one lr per group, and step0.expected as many or be null")
+    return shaped
+
+
+def written_loads(loads: Any) -> list[dict[str, Any]]:
+    """``loads`` rebuilt in the shape a record writes it (at most MAX_LOADS hops of plain scalars); raises
+    ValueError where it is not a list of objects."""
+    if not isinstance(loads, list) or not all(isinstance(hop, dict) for hop in loads):
+        raise ValueError("loads is not a list of objects")
+    return [{key: scalar(hop[key]) for key in HOP_KEYS if key in hop} for hop in loads[:MAX_LOADS]]

@@ -17,7 +17,6 @@ ran at, and what each load_checkpoint carried in from the save it loaded.
 
 from __future__ import annotations
 
-import json
 import os
 import weakref
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from typing import Any
 from . import record_data, schedules
 from .state import STATE
 
-RECORD_BYTES = 64 * 1024  # the bound of a record read back at load (the audit's too)
+RECORD_BYTES = record_data.RECORD_BYTES  # the bound of a record read back at load (the audit's too)
 
 
 @dataclass
@@ -191,7 +190,7 @@ def _story(folder: str, hop: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
                        "by 0.4.0 or older"}, []
     try:
         raw = _read_record(path)
-    except (OSError, ValueError, RecursionError) as error:
+    except (OSError, ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
         return {"how": record_data.UNRECORDED, **base,
                 "why": f"the record beside the save it resumed from ({hop['tag']}) cannot be read ({error})"}, []
     hop["record"] = raw.get("record") if isinstance(raw, dict) else None
@@ -229,23 +228,18 @@ def _read_record(path: str) -> Any:
         data = file.read(RECORD_BYTES + 1)
     if len(data) > RECORD_BYTES:
         raise ValueError(f"more than {RECORD_BYTES} bytes")
-    return json.loads(data.decode("utf-8"), parse_constant=_not_json)
-
-
-def _not_json(name: str) -> None:
-    # NaN and Infinity are not JSON (a record writes them as strings); carried on, they would make this
-    # process's own record unwritable
-    raise ValueError(f"{name} is not JSON")
+    return record_data.parse(data)
 
 
 def _valid_record_2(raw: Any) -> dict[str, Any] | None:
-    """A record 2's step0 and loads, as the next record carries them; None where they are not record 2's shape."""
+    """A record 2's step0 and loads, rebuilt in the shape this process writes them (record_data.written_step0):
+    what it carries into its own records cannot make them unwritable or large. None where they are not record 2's
+    shape."""
     if not isinstance(raw, dict) or raw.get("record") != record_data.RECORD or raw.get("package") != \
             record_data.PACKAGE:
         return None
-    step0, loads = raw.get("step0"), raw.get("loads")
-    if not isinstance(step0, dict) or step0.get("how") not in record_data.HOWS or not isinstance(loads, list):
+    try:
+        return {"step0": record_data.written_step0(raw.get("step0")),
+                "loads": record_data.written_loads(raw.get("loads"))}
+    except ValueError:
         return None
-    if len(json.dumps(step0)) > 8192 or not all(isinstance(hop, dict) for hop in loads):
-        return None
-    return {"step0": step0, "loads": [hop for hop in loads if len(json.dumps(hop)) <= 2048]}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parents[2]))
 import audit_files as files
 from audit_files import audit, one
 
-from accelerate_warmup_patch import record_data, witness
+from accelerate_warmup_patch import marks, record_data, witness
 from accelerate_warmup_patch.cli.audit import find
 from accelerate_warmup_patch.state import STATE
 
@@ -307,6 +308,72 @@ def test_a_load_of_a_save_without_its_own_record_says_step_0_ran_unrecorded(
     carried = witness.carried(engine)
     assert carried is not None and carried.step0["how"] == how, carried
     assert carried.step0["deepspeed"] == "0.15.2" and carried.step0["global_steps"] == 6
+
+
+def _carried_after_loading(folder: Path, record: dict[str, Any] | str) -> witness.Carried:
+    """What a stand-in engine carries after loading ``folder``, whose record is ``record`` (a dict, or raw text)."""
+    text = record if isinstance(record, str) else json.dumps(record)
+    (folder / record_data.RECORD_FILE).write_text(text)
+    engine = _Engine(6)
+    witness.loaded(engine, str(folder / "mp_rank_00_model_states.pt"), {"ds_version": "0.15.2"})
+    carried = witness.carried(engine)
+    assert carried is not None
+    return carried
+
+
+def test_a_loaded_record_whose_lr_parses_to_inf_cannot_make_the_jobs_later_records_unwritable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 1e999 is a JSON number that parses to inf: carried on, json.dumps(allow_nan=False) of every later record fails
+    monkeypatch.setattr(STATE, "carried", {})
+    monkeypatch.setattr(STATE, "watches", {})
+    folder = patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    text = json.dumps(record2(folder, observed([0.0], [0.0]))).replace('"lrs": [0.0]', '"lrs": [1e999]')
+    carried = _carried_after_loading(folder, text)
+    assert carried.step0["how"] == "unrecorded" and "not one this release reads" in carried.step0["why"], carried
+    marks.write(str(folder), {"step0": carried.step0, "loads": carried.loads})  # the job's next record
+    # a string "inf" is how a record writes it: carried as written
+    carried = _carried_after_loading(folder, record2(folder, observed(["inf"], [0.0])))
+    assert carried.step0["lrs"] == ["inf"]
+    marks.write(str(folder), {"step0": carried.step0, "loads": carried.loads})
+
+
+def test_a_loaded_record_carries_only_the_shape_the_job_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a value nested 900 deep (each check of 0.6.0 passed) made every later record ~6.5 MB; a long string, a huge
+    # int and keys of its own are not carried either
+    monkeypatch.setattr(STATE, "carried", {})
+    monkeypatch.setattr(STATE, "watches", {})
+    folder = patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    deep: Any = []
+    for _ in range(900):
+        deep = [deep]
+    step0 = {**observed([0.0], [0.0]), "extra": deep, "why": "w" * 20_000, "mode": deep}
+    hops = [{"tag": "t", "deepspeed": "0.15.2", "global_steps": 1, "record": 2, "bound": True}] * 20
+    hops[1] = {"tag": deep, "deepspeed": "0.15.2", "global_steps": 10**25, "record": 2, "bound": True, "x": deep}
+    carried = _carried_after_loading(folder, record2(folder, step0, loads=hops))
+    assert carried.step0["how"] == "observed" and carried.step0["lrs"] == [0.0], carried
+    assert set(carried.step0) <= set(record_data.STEP0_KEYS) and carried.step0["mode"] is None
+    assert len(carried.step0["why"]) == 1000
+    assert len(carried.loads) == record_data.MAX_LOADS
+    assert carried.loads[2] == {"tag": None, "deepspeed": "0.15.2", "global_steps": None, "record": 2, "bound": True}
+    written = json.dumps({"step0": carried.step0, "loads": carried.loads})
+    assert len(written) < 4096, len(written)
+
+
+def test_a_records_temporary_file_is_named_as_partial_and_a_stale_one_is_removed(tmp_path: Path) -> None:
+    stale = tmp_path / ".accelerate_warmup_patch.0a1b2c.partial"
+    fresh = tmp_path / ".accelerate_warmup_patch.ff.partial"
+    for left in (stale, fresh):
+        left.write_text("{")  # what a process killed between the write and the rename leaves
+    old = stale.stat().st_mtime - marks.STALE_PARTIAL_S - 60
+    os.utime(stale, (old, old))
+    marks.write(str(tmp_path), {"record": 2})
+    assert not stale.exists() and fresh.exists()  # a younger one may be another job's write in progress
+    assert sorted(p.name for p in tmp_path.iterdir()) == [fresh.name, record_data.RECORD_FILE]
+    assert record_data.PARTIAL.match(fresh.name) and not fresh.name.endswith(".json")
+    files.write_run(tmp_path / "run")
+    (tmp_path / "run" / "global_step6" / fresh.name).write_text("{")
+    _, report = one(tmp_path / "run")
+    assert report["record"] is None and not any("partial" in note for note in report["notes"]), report
 
 
 def test_a_fresh_unpatched_rerun_that_saved_fewer_tags_is_not_cleared_by_an_older_bound_record(tmp_path: Path) -> None:

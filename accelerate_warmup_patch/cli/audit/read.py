@@ -18,7 +18,7 @@ from .stores import LOCAL, Store
 from .verdicts import RECORD_FILE
 
 # the bounds of the small files the audit reads beside a checkpoint
-RECORD_BYTES, CONFIG_BYTES = 64 * 1024, 4 * 1024 * 1024
+RECORD_BYTES, CONFIG_BYTES = record_data.RECORD_BYTES, 4 * 1024 * 1024
 _STEP0 = ("fixed", "warned", "as-release", "earlier-process", "left", "unknown")
 
 
@@ -151,18 +151,13 @@ def _record(tag: PurePath, notes: list[str], store: Store) -> dict[str, Any] | N
     if not store.exists(path):
         return None
     try:
-        raw = json.loads(store.read_capped(path, RECORD_BYTES).decode("utf-8"),
-                         parse_int=_bounded_int, parse_constant=_refuse_constant)
+        raw = record_data.parse(store.read_capped(path, RECORD_BYTES))
         record = _valid_record(raw)
     except (Unreadable, ValueError, RecursionError, TypeError, KeyError) as error:
         notes.append(f"{path}: ignored, not a record this audit reads ({error})")
         return None
     record["file"] = str(path)
     return record
-
-
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON (a record writes a non-finite lr as a string)")
 
 
 def _valid_record(raw: Any) -> dict[str, Any]:
@@ -181,25 +176,16 @@ def _valid_record(raw: Any) -> dict[str, Any]:
         record["bound_to"] = _valid_binding(raw.get("bound_to"))
         record["first_step"] = _valid_first_step(raw.get("first_step"))
         record["step0"] = _valid_step0(raw.get("step0"))
-        loads = raw.get("loads")
-        if not isinstance(loads, list) or len(loads) > 64 or not all(isinstance(hop, dict) for hop in loads):
-            raise ValueError("loads is not a list of objects")
-        record["loads"] = [{key: _short(hop.get(key)) for key in ("tag", "deepspeed", "global_steps", "record",
-                                                                   "bound")} for hop in loads]
+        record["loads"] = [{key: hop.get(key) for key in ("tag", "deepspeed", "global_steps", "record", "bound")}
+                           for hop in record_data.written_loads(raw.get("loads"))]
     return record
 
 
 def _count(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value.bit_length() > 63:
+    count = record_data.step_count(value)
+    if count is None:
         raise ValueError(f"{name} is not a step count")
-    return int(value)
-
-
-def _short(value: Any) -> Any:
-    """A plain scalar of a record, strings cut at 200 characters; anything else None."""
-    if isinstance(value, str):
-        return value[:200]
-    return value if value is None or isinstance(value, (bool, int)) else None
+    return count
 
 
 def _lrs(value: Any, name: str, optional: bool = True) -> list[float] | None:
@@ -247,22 +233,13 @@ def _valid_first_step(first: Any) -> dict[str, Any] | None:
 
 
 def _valid_step0(step0: Any) -> dict[str, Any]:
-    """The run's step 0 as the record tells it (record_data's ``how``s); an observed one must hold its lrs and the
-    release and step count it ran at."""
-    if not isinstance(step0, dict) or step0.get("how") not in record_data.HOWS:
-        raise ValueError(f"step0.how is not one of {', '.join(record_data.HOWS)}")
-    valid = {key: _short(step0.get(key)) for key in ("how", "deepspeed", "scheduler", "mode", "patch", "patch_did",
-                                                      "tag", "claimed", "why")}
-    valid["why"] = str(step0.get("why") or "")[:1000]
-    steps = step0.get("global_steps")
-    valid["global_steps"] = None if steps is None else _count(steps, "step0.global_steps")
-    if valid["how"] == record_data.OBSERVED:
-        if not isinstance(valid["deepspeed"], str) or valid["global_steps"] is None:
-            raise ValueError("an observed step0 must name its deepspeed and global_steps")
-        valid["lrs"] = _lrs(step0.get("lrs"), "step0.lrs", optional=False)
-        valid["expected"] = _lrs(step0.get("expected"), "step0.expected")
-        if not valid["lrs"] or (valid["expected"] is not None and len(valid["expected"]) != len(valid["lrs"])):
-            raise ValueError("step0.lrs must hold one lr per group, and step0.expected as many or be null")
+    """The run's step 0 as the record tells it (record_data's ``how``s), in the shape a record writes it and as the
+    job that resumes from it carries it (record_data.written_step0), every key present and the lrs decoded."""
+    shaped = record_data.written_step0(step0)
+    valid = {key: shaped.get(key) for key in record_data.STEP0_KEYS}
+    valid["why"] = str(valid["why"] or "")
+    for key in ("lrs", "expected"):
+        valid[key] = _lrs(valid[key], f"step0.{key}")
     return valid
 
 
