@@ -26,7 +26,8 @@ from conftest import CHILDREN, Spec, bare_audit, run_child, run_specs
 
 RECORD = "accelerate_warmup_patch.json"
 NEWEST_STEP0 = 0.0  # WarmupLR-linear's warmup_min_lr: what 0.19.8 runs step 0 at
-UNPATCHED = {"step0-save": Spec(steps=0), "unpatched": Spec(steps=3)}
+# own-step: the script steps the optimizer and scheduler itself, so every save says global_steps 0 (#47 item 3)
+UNPATCHED = {"step0-save": Spec(steps=0), "unpatched": Spec(steps=3), "own-step": Spec(steps=3, road="own-step")}
 # each armed run: its spec, and the run whose first optimizer step is this run's step 0 (None: its own)
 ARMED: dict[str, tuple[Spec, str | None]] = {
     "patched": (Spec(steps=3), None),
@@ -39,6 +40,7 @@ ARMED: dict[str, tuple[Spec, str | None]] = {
     # ZeRO 2 steps the torch optimizer once per group, narrowed to it; ZeRO 3 names its file zero_pp_rank_0_...
     "zero2-two-groups": (Spec(steps=2, zero=2, groups=[1e-3, 2e-3]), None),
     "zero3": (Spec(steps=2, zero=3), None),
+    "patched-own-step": (Spec(steps=3, road="own-step"), None),
 }
 
 
@@ -53,7 +55,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list
     first = {name: result["lrs"][0] if result["lrs"] else None
              for name, result in zip([*UNPATCHED, *ARMED], [*unpatched.data["results"], *armed.data["results"]])}
     truth = {name: first[origin or name] for name, (_, origin) in ARMED.items()}
-    truth["unpatched"] = first["unpatched"]
+    truth["unpatched"], truth["own-step"] = first["unpatched"], first["own-step"]
     # a rerun from scratch, unpatched, into the patched run's folder: new model states, the old record stays
     shutil.copytree(root / "patched", root / "rerun")
     for file in (root / "unpatched" / "ckpt").iterdir():
@@ -84,7 +86,7 @@ def _expected_verdict(step0: list[float]) -> str:
 
 @pytest.mark.parametrize("name", ["patched", "patched-inf", "cp-r", "from-step0", "from-step0-fresh-scheduler",
                                   "upgrade", "no-optimizer-states", "resumed-patched", "rerun", "copied-record",
-                                  "unpatched"])
+                                  "unpatched", "own-step", "patched-own-step"])
 def test_the_audits_verdict_and_step0_lr_are_the_optimizers_truth(runs, audited, name):
     _, truth = runs
     report = audited[name]
@@ -98,6 +100,14 @@ def test_a_patched_zero_run_records_every_groups_step_0_bound_to_its_rank_0_file
     report = audited[name]
     assert report["verdict"] == "not affected" and report["step0_lrs"] == truth[name], (truth[name], report)
     assert report["record"]["bound_to"]["file"] == Path(report["checkpoint"]).name, report
+
+
+def test_an_optimizer_stepped_outside_engine_step_is_never_no_step_ran(audited):
+    for name in ("own-step", "patched-own-step"):
+        report = audited[name]
+        assert report["global_steps"] == 0 and "no step ran" not in report["why"], report
+        assert any("optimizer's state shows it stepped" in note for note in report["notes"]), report
+    assert audited["patched-own-step"]["record"]["step0"]["how"] == "observed", audited["patched-own-step"]
 
 
 def test_a_patched_run_copied_with_cp_r_is_still_proven(audited):

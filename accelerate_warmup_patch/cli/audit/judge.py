@@ -6,6 +6,7 @@ changes from its newest save. The worst wins; "not affected" only from proof."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
@@ -55,7 +56,7 @@ def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dic
     first = newest
     for tag in run.tags[:-1]:  # the earliest save that took an optimizer step (or does not say), else the newest
         save = _read_earlier(tag, read, report, config_root, run.store)
-        if save is not None and (save.global_steps != 0 or save.record is not None):
+        if save is not None and (_steps(save).ran is not False or save.record is not None):
             first = save
             break
     report["step0_checkpoint"], report["step0_deepspeed_version"] = str(first.file), first.version
@@ -70,10 +71,13 @@ def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dic
     opt_params = optimizer.get("params") if isinstance(optimizer, dict) else None
     report["optimizer_lr"] = number(opt_params.get("lr")) if isinstance(opt_params, dict) else None
     report["param_groups"] = first.groups
-    if first.global_steps == 0 and newest.global_steps == 0:
+    counts = [_steps(save) for save in ([first] if first is newest else [first, newest])]
+    report["notes"].extend(count.disagree for count in counts if count.disagree)
+    if all(count.ran is False for count in counts):
         report["record"] = newest.record
         report["verdict"] = NOT_AFFECTED
-        report["why"] = "0 optimizer steps: no step ran, so no lr was used yet (the release that resumes it decides)"
+        report["why"] = ("0 optimizer steps (global_steps, the scheduler's iteration and the optimizer's state agree): "
+                         "no step ran, so no lr was used yet (the release that resumes it decides)")
         return report
     chain = _newest_bound_record(run, read, report, config_root)
     report["record"] = chain.record if chain is not None else first.record
@@ -101,7 +105,41 @@ def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dic
     _judge(report, scheduler, params, first.version, newest.version)
     if first.record is not None:
         _apply_claim(report, first.record)
+    unsure = next((count.disagree for count in counts if count.ran is None and count.disagree), None)
+    if unsure is not None and report["verdict"] == AFFECTED:
+        # the scheduler moved and nothing shows an optimizer step: user code may have stepped it ahead of training
+        report["verdict"], report["step0_lrs"], report["step0_lr"] = UNKNOWN, None, None
+        report["why"] = (f"{unsure}; if an optimizer step ran, this run is affected: {report['why']}")
     return report
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """Whether a save's optimizer had stepped, from every source the file holds: ``ran`` True (a source proves a
+    step), False (every source says none), None (they disagree and none proves a step); ``disagree`` says how."""
+
+    ran: bool | None
+    disagree: str | None = None
+
+
+def _steps(save: Save) -> _Steps:
+    """``global_steps`` counts engine.step()'s optimizer steps; the scheduler's ``last_batch_iteration`` (-1 when
+    built) counts its own steps, which engine.step() or user code takes; the optimizer's per-parameter state is
+    built at its first step, however it was called. A script that steps the optimizer and scheduler itself leaves
+    global_steps at 0."""
+    steps, iteration = save.global_steps, save.iteration
+    if steps != 0:
+        return _Steps(True)  # a count, or none in the file (judged as a run that stepped, as before)
+    moved = isinstance(iteration, int) and iteration >= 0
+    if save.optimizer_stepped:
+        where = f", and the scheduler's last_batch_iteration is {iteration}" if moved else ""
+        return _Steps(True, f"{save.tag.name}: global_steps is 0, but its optimizer's state shows it stepped{where}: "
+                            "the optimizer was stepped outside engine.step() (judged as a run that stepped)")
+    if moved:
+        return _Steps(None, f"{save.tag.name}: global_steps is 0, but the scheduler's last_batch_iteration is "
+                            f"{iteration}: the optimizer was stepped outside engine.step(), or user code stepped the "
+                            "scheduler ahead of training, and this file does not show which")
+    return _Steps(False)
 
 
 def _read_earlier(tag: PurePath, read: dict[PurePath, Save], report: dict[str, Any], config_root: str | None,

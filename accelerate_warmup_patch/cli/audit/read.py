@@ -38,6 +38,10 @@ class Save:
     scheduler_state: Any
     record: dict[str, Any] | None
     notes: list[str]
+    # whether the optimizer's state in this file holds per-parameter state (Adam's moments, a step count), which a
+    # torch optimizer builds at its first step: True, False (none yet), None (not in this file: ZeRO keeps it in
+    # the *_optim_states.pt files)
+    optimizer_stepped: bool | None = None
 
 
 def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCAL) -> Save:
@@ -68,7 +72,7 @@ def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCA
         record = _this_saves(record, binding=binding, version=version, global_steps=global_steps,
                              scheduler=_scheduler_type(config), notes=notes)
     return Save(tag, file, version, config, problem, global_steps, iteration, _group_count(data), state, record,
-                notes)
+                notes, _optimizer_stepped(data))
 
 
 def _scheduler_type(config: dict[str, Any]) -> str | None:
@@ -243,14 +247,29 @@ def _valid_step0(step0: Any) -> dict[str, Any]:
     return valid
 
 
+def _optimizer_states(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The torch optimizer state_dicts the file holds: plain, or inside DeepSpeed's fp16 or bf16 wrapper."""
+    optimizer = data.get("optimizer")
+    if not isinstance(optimizer, dict):
+        return []
+    found = (optimizer, optimizer.get("optimizer_state_dict"), optimizer.get("base_optimizer_state"))
+    return [state for state in found if isinstance(state, dict) and isinstance(state.get("param_groups"), list)]
+
+
+def _optimizer_stepped(data: dict[str, Any]) -> bool | None:
+    """Whether the optimizer had stepped when saved, from its own state: a torch optimizer fills ``state`` (one
+    entry per parameter) at its first step; None where the file holds no optimizer state."""
+    states = [state["state"] for state in _optimizer_states(data) if isinstance(state.get("state"), dict)]
+    if not states:
+        return None
+    return any(len(state) > 0 for state in states)
+
+
 def _group_count(data: dict[str, Any]) -> int | None:
     """The optimizer's param groups: its state_dict's (plain, fp16 or bf16 wrapper) or, under ZeRO and bf16,
     ``param_shapes`` (one entry per group); None where the file does not tell."""
-    optimizer = data.get("optimizer")
-    if isinstance(optimizer, dict):
-        for state in (optimizer, optimizer.get("optimizer_state_dict"), optimizer.get("base_optimizer_state")):
-            if isinstance(state, dict) and isinstance(state.get("param_groups"), list):
-                return len(state["param_groups"])
+    for state in _optimizer_states(data):
+        return len(state["param_groups"])
     shapes = data.get("param_shapes")
     if isinstance(shapes, list) and shapes:
         return len(shapes)
