@@ -218,6 +218,24 @@ def test_an_upgrade_resume_with_the_early_saves_deleted_is_judged_on_the_release
     assert "holds no record" in report["why"]
 
 
+@pytest.mark.parametrize(("first_lrs", "verdict"), [([0.0], "unknown"), ([0.001], "affected")])
+def test_a_chain_with_a_gap_is_unknown_where_an_earlier_bound_record_proves_step_0(
+        tmp_path: Path, first_lrs: list[float], verdict: str) -> None:
+    # patched start (global_step3), unpatched resume (global_step6, no record), patched resume (global_step9): the
+    # newest chain says step 0 ran unrecorded; the first save proves it ran at 0.0, unless global_step6's process
+    # started afresh
+    patched_run(tmp_path / "run", observed(first_lrs, [0.0]), tag="global_step3", global_steps=3)
+    files.write_run(tmp_path / "run", tag="global_step6", global_steps=6)
+    gap = {**unrecorded("0.15.2", 6), "tag": "global_step6", "why": "the save it resumed from (global_step6) holds "
+           "no record: step 0 ran unpatched, or patched by 0.4.0 or older"}
+    patched_run(tmp_path / "run", gap, tag="global_step9", global_steps=9)
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == verdict, report
+    if verdict == "unknown":
+        assert code == 0 and "the chain has a gap" in report["why"] and "global_step3" in report["why"], report
+        assert report["differences"] == [] and report["step0_lr"] is None, report
+
+
 def test_a_chain_that_ends_in_an_unknown_release_is_unknown(tmp_path: Path) -> None:
     patched_run(tmp_path / "run", unrecorded(None), version="0.19.8")
     code, report = one(tmp_path / "run")

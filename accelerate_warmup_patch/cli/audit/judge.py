@@ -100,7 +100,8 @@ def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dic
     report["scheduler"], report["params"] = scheduler, params
     report["notes"].extend(config_facts.refused_later(scheduler, params))
     if chain is not None:
-        _judge_from_chain(report, chain, scheduler, params, newest)
+        earlier = _earlier_proof(run, read, report, config_root, chain)
+        _judge_from_chain(report, chain, scheduler, params, newest, earlier)
         return report
     _judge(report, scheduler, params, first.version, newest.version)
     if first.record is not None:
@@ -167,6 +168,23 @@ def _newest_bound_record(run: Run, read: dict[PurePath, Save], report: dict[str,
     return None
 
 
+def _earlier_proof(run: Run, read: dict[PurePath, Save], report: dict[str, Any], config_root: str | None,
+                   chain: Save) -> Save | None:
+    """Where the chain's step 0 ran unrecorded (a save with no bound record between two patched processes), the
+    newest save before it whose bound record observed step 0: it may be where that unrecorded process resumed from."""
+    if chain.record is None or chain.record["step0"]["how"] != record_data.UNRECORDED:
+        return None
+    tags = run.tags[:run.tags.index(chain.tag)] if chain.tag in run.tags else ()
+    for tag in reversed(tags):
+        if tag not in read and not run.store.exists(tag / RECORD_FILE):
+            continue
+        save = _read_earlier(tag, read, report, config_root, run.store)
+        if save is not None and save.record is not None and save.record.get("bound") and \
+                save.record["step0"]["how"] == record_data.OBSERVED:
+            return save
+    return None
+
+
 # The step-0 verdict from a bound record's chain -------------------------------------------------------------
 
 _WORST = {NOT_AFFECTED: 0, UNKNOWN: 1, AFFECTED: 2}
@@ -175,14 +193,17 @@ _STEP0_ONLY = ("start", "get_lr_before_start", "ratio_before_start")
 
 
 def _judge_from_chain(report: dict[str, Any], chain: Save, scheduler: str, params: dict[str, Any],
-                      newest: Save) -> None:
-    """One verdict from every fact: step 0 from the chain of the newest bound record, then the later changes the
-    guard table finds in the newest save when the process that wrote it ran unpatched. The worst of them wins, and
-    ``why`` names each."""
+                      newest: Save, earlier: Save | None = None) -> None:
+    """One verdict from every fact: step 0 from the chain of the newest bound record (unless a gap in it leaves
+    it open, ``earlier``), then the later changes the guard table finds in the newest save when the process that
+    wrote it ran unpatched. The worst of them wins, and ``why`` names each."""
     record = chain.record
     assert record is not None
     report["step0_checkpoint"] = str(chain.file)  # the save whose record tells step 0
+    differences = len(report["differences"])
     found = [_step0_from_origin(report, record["step0"], scheduler, params, chain)]
+    if earlier is not None and found[0][0] == AFFECTED:
+        found[0] = _unless_a_gap(report, scheduler, params, earlier, found[0], differences)
     if chain is not newest and found[0][0] == NOT_AFFECTED:
         found[0] = _unless_started_afresh(report, scheduler, params, chain, newest, found[0])
     if not _patched_process(newest):
@@ -207,6 +228,24 @@ def _unless_started_afresh(report: dict[str, Any], scheduler: str, params: dict[
                      "bound record: its process resumed from that save (then step 0 is as recorded) or started "
                      f"afresh unpatched (then it ran on DeepSpeed {newest.version} as an unpatched run: "
                      f"{scratch['verdict']}), and the files cannot tell which")
+
+
+def _unless_a_gap(report: dict[str, Any], scheduler: str, params: dict[str, Any], earlier: Save,
+                  harmed: tuple[str, str], differences: int) -> tuple[str, str]:
+    """A chain whose step 0 ran unrecorded, in a folder where an earlier save's bound record observed step 0 run
+    as 0.19.8 runs it: the unrecorded process resumed from that save (then step 0 is as recorded there) or started
+    afresh unpatched (then it is the harm the chain names), and the files cannot tell which."""
+    assert earlier.record is not None
+    scratch = {**report, "differences": [], "notes": []}
+    verdict, proof = _step0_from_origin(scratch, earlier.record["step0"], scheduler, params, earlier)
+    if verdict != NOT_AFFECTED:
+        return harmed
+    del report["differences"][differences:]
+    report["step0_lrs"] = report["step0_lr"] = None
+    return UNKNOWN, (f"the chain has a gap: {harmed[1]}; but the record of an earlier save here, "
+                     f"{earlier.tag.name}, proves {proof}; if the unrecorded process resumed from it, step 0 is as "
+                     "recorded there, if it started afresh unpatched it is the harm above, and the files cannot "
+                     "tell which")
 
 
 def _table_reading(report: dict[str, Any], scheduler: str, params: dict[str, Any], release: str) -> dict[str, Any]:
