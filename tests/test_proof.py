@@ -67,6 +67,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list
     truth["copied-record"] = first["unpatched"]
     shutil.copytree(root / "patched", root / "cp-r")  # `cp -r`: new inodes and mtimes, the same bytes
     truth["cp-r"] = first["patched"]
+    # a checkpoint-{step} rerun that stopped earlier (#47 item 2): the patched run's later save is the newest; the
+    # unpatched rerun's earlier save beside it holds the first run's record, bound to other bytes
+    later, earlier = root / "rerun-earlier" / "checkpoint-2" / "global_step3", root / "rerun-earlier" / "checkpoint-1"
+    shutil.copytree(root / "patched" / "ckpt", later)
+    shutil.copytree(root / "unpatched" / "ckpt", earlier / "global_step3")
+    shutil.copy(root / "patched" / "ckpt" / RECORD, earlier / "global_step3" / RECORD)
+    truth["rerun-earlier"] = first["unpatched"]
     return root, truth
 
 
@@ -108,6 +115,15 @@ def test_an_optimizer_stepped_outside_engine_step_is_never_no_step_ran(audited):
         assert report["global_steps"] == 0 and "no step ran" not in report["why"], report
         assert any("optimizer's state shows it stepped" in note for note in report["notes"]), report
     assert audited["patched-own-step"]["record"]["step0"]["how"] == "observed", audited["patched-own-step"]
+
+
+def test_a_rerun_that_stopped_earlier_beside_a_patched_runs_later_save_is_never_not_affected(runs, audited):
+    _, truth = runs
+    report = audited["rerun-earlier"]
+    if truth["rerun-earlier"] == [NEWEST_STEP0]:  # 0.19.8: the rerun ran step 0 as 0.19.8 does
+        assert report["verdict"] == "not affected", report
+    else:  # the rerun's save may be a resume of the patched run or a fresh start: the files cannot tell which
+        assert report["verdict"] == "unknown" and "started afresh unpatched" in report["why"], report
 
 
 def test_a_patched_run_copied_with_cp_r_is_still_proven(audited):

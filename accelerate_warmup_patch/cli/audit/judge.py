@@ -91,17 +91,13 @@ def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dic
     if not isinstance(block, dict) or not block.get("type"):
         report["why"] = "no scheduler in the ds_config: " + _scheduler_in_code(first.scheduler_state)
         return report
-    scheduler = block["type"] if isinstance(block["type"], str) else repr(checkpoint_pickle.plain(block["type"]))
-    try:
-        params = checkpoint_pickle.plain(block.get("params") or {})
-    except Unreadable as error:
-        raise Unreadable(f"{first.file.name}: the scheduler's params: {error}") from None
-    params = params if isinstance(params, dict) else {}
+    scheduler, params = _schedule(block, first)
     report["scheduler"], report["params"] = scheduler, params
     report["notes"].extend(config_facts.refused_later(scheduler, params))
     if chain is not None:
         earlier = _earlier_proof(run, read, report, config_root, chain)
         _judge_from_chain(report, chain, scheduler, params, newest, earlier)
+        _every_save(run, read, report, config_root, judged=(chain, newest), scheduler=scheduler, params=params)
         return report
     _judge(report, scheduler, params, first.version, newest.version)
     if first.record is not None:
@@ -111,7 +107,91 @@ def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dic
         # the scheduler moved and nothing shows an optimizer step: user code may have stepped it ahead of training
         report["verdict"], report["step0_lrs"], report["step0_lr"] = UNKNOWN, None, None
         report["why"] = (f"{unsure}; if an optimizer step ran, this run is affected: {report['why']}")
+    _every_save(run, read, report, config_root, judged=(first,), scheduler=scheduler, params=params)
     return report
+
+
+def _schedule(block: dict[str, Any], save: Save) -> tuple[str, dict[str, Any]]:
+    """The scheduler's type and params from a save's ``ds_config["scheduler"]``, as plain data."""
+    scheduler = block["type"] if isinstance(block["type"], str) else repr(checkpoint_pickle.plain(block["type"]))
+    try:
+        params = checkpoint_pickle.plain(block.get("params") or {})
+    except Unreadable as error:
+        raise Unreadable(f"{save.file.name}: the scheduler's params: {error}") from None
+    return scheduler, params if isinstance(params, dict) else {}
+
+
+# Every save in the folder counts ---------------------------------------------------------------------------
+
+_NAMED_SAVES = 3  # the saves a verdict's why names one by one (a run may hold hundreds)
+
+def _every_save(run: Run, read: dict[PurePath, Save], report: dict[str, Any], config_root: str | None, *,
+                judged: tuple[Save, ...], scheduler: str, params: dict[str, Any]) -> None:
+    """A run judged ``not affected`` from some of its saves stays so only if no other save that took a step says
+    otherwise: one whose bound record observed step 0 run at another lr is ``affected``; one no bound record
+    vouches for was written by a process that resumed from a save here or started afresh unpatched, and where such
+    a fresh start on its release would not be ``not affected``, the files cannot tell which (``unknown``). Each
+    save is read once and not kept (a run with many saves costs one bounded read each)."""
+    if report["verdict"] != NOT_AFFECTED:
+        return  # affected is the worst already; unknown cannot be cleared by another save
+    found: list[tuple[str, str]] = []
+    for tag in run.tags:
+        if any(tag == save.tag for save in judged):
+            continue
+        try:
+            save = read[tag] if tag in read else read_save(tag, config_root, run.store)
+        except Unreadable as error:
+            found.append((UNKNOWN, f"the save {tag.name} cannot be read ({error}), and every save counts"))
+            continue
+        if _steps(save).ran is False:
+            continue  # no optimizer step before it: no lr was used yet
+        found.append(_vouched(report, save, scheduler, params) if save.record is not None and
+                     save.record.get("bound") else _fresh_start(report, save))
+    worst = [item for item in found if item[0] != NOT_AFFECTED]
+    if worst:
+        verdict = max((verdict for verdict, _ in worst), key=_WORST.__getitem__)
+        report["verdict"] = verdict
+        more = [f"and {len(worst) - _NAMED_SAVES} more saves"] if len(worst) > _NAMED_SAVES else []
+        report["why"] = "; ".join([*(why for _, why in worst[:_NAMED_SAVES]), *more, f"the rest: {report['why']}"])
+        if verdict == UNKNOWN:
+            report["step0_lrs"] = report["step0_lr"] = None
+
+
+def _vouched(report: dict[str, Any], save: Save, scheduler: str, params: dict[str, Any]) -> tuple[str, str]:
+    """Step 0 as another save's bound record tells it: an observed harm is proof; any other doubt is ``unknown``
+    (its chain may have a gap that an earlier record closes)."""
+    assert save.record is not None
+    scratch = {**report, "differences": [], "notes": []}
+    verdict, why = _step0_from_origin(scratch, save.record["step0"], scheduler, params, save)
+    if verdict == NOT_AFFECTED:
+        return verdict, why
+    if verdict == AFFECTED and save.record["step0"]["how"] == record_data.OBSERVED:
+        report["differences"].extend(scratch["differences"])
+        return AFFECTED, f"the record of the save {save.tag.name} says: {why}"
+    return UNKNOWN, f"the record of the save {save.tag.name} does not prove step 0: {why}"
+
+
+def _fresh_start(report: dict[str, Any], save: Save) -> tuple[str, str]:
+    """A save no bound record vouches for: its process resumed from another save, or started afresh unpatched
+    (a rerun into the same folder, a save_latest=False run, a job on another release). Only where such a fresh
+    start, judged by the table on its release with its own config, would not be affected does it change nothing."""
+    block = save.config.get("scheduler")
+    if save.config_problem is not None or not isinstance(block, dict) or not block.get("type"):
+        return UNKNOWN, (f"the save {save.tag.name} took optimizer steps, no bound record vouches for it, and its "
+                         "config does not say which scheduler it ran")
+    scheduler, params = _schedule(block, save)
+    optimizer = save.config.get("optimizer")
+    lr = optimizer.get("params", {}).get("lr") if isinstance(optimizer, dict) and \
+        isinstance(optimizer.get("params"), dict) else None
+    scratch = {**report, "optimizer_lr": number(lr), "param_groups": save.groups, "differences": [], "notes": [],
+               "verdict": UNKNOWN, "why": ""}
+    fresh = _judge(scratch, scheduler, params, save.version, save.version, later=False)
+    if fresh["verdict"] == NOT_AFFECTED:
+        return NOT_AFFECTED, ""
+    return UNKNOWN, (f"the save {save.tag.name} (DeepSpeed {save.version}, {save.global_steps} optimizer steps) has "
+                     "no record bound to it: its process resumed from a save this folder proves (then it changes "
+                     "nothing) or started afresh unpatched (then it ran as an unpatched run on that release: "
+                     f"{fresh['verdict']}), and the files cannot tell which")
 
 
 @dataclass(frozen=True)
