@@ -27,6 +27,12 @@ PACKAGE = "accelerate-warmup-patch"
 # zero_pp_rank_0_mp_rank_00_model_states.pt; the audit reads the lowest-ranked one (cli/audit/find.model_states)
 MODEL_STATES = re.compile(r"^(?:zero_pp_rank_(\d+)_)?mp_rank_(\d+)_model_states\.pt$")
 MAX_LOADS = 8  # the loads a record lists (newest first): the chain stays this short however often a run resumes
+# DeepSpeed's other states files in a tag folder, every rank's (engine.py's _get_ckpt_name, _get_zero_ckpt_name,
+# the PipelineModule's layer files @ v0.15.2, v0.19.8): zero_pp_rank_N_mp_rank_MM_optim_states.pt (with a bf16_
+# prefix under bf16), layer_NN-model_states.pt. Under ZeRO 3 and the pipeline the weights live there, not in the
+# model-states file the audit reads, so the binding covers them too (docs/mark.md).
+STATES_FILE = re.compile(r"(?:^|[_-])(?:model|optim)_states\.pt$")
+MAX_BOUND_FILES = 1024  # the other states files a record binds (the lowest names): bounded time per save
 MAX_MEMBERS = 1_000_000  # a central directory longer than this is not bound (no torch save holds so many tensors)
 RECORD_BYTES = 64 * 1024  # the bound of a record read back (at a load, and by the audit)
 # the temporary file of a record's atomic write: a name no reader of records matches (it does not end in .json),
@@ -81,20 +87,52 @@ def binding(name: str, size: int, members: list[tuple[str, int, int]]) -> dict[s
     return {"file": name, "size": size, "members": len(members), "digest": members_digest(members)}
 
 
+def other_states(names: list[str], bound_file: str) -> list[str]:
+    """The tag folder's other states files a record binds besides ``bound_file``, in name order, at most
+    MAX_BOUND_FILES."""
+    return sorted(name for name in names if STATES_FILE.search(name) and name != bound_file)[:MAX_BOUND_FILES]
+
+
+def others_binding(facts: list[tuple[str, int, str | None]]) -> dict[str, Any]:
+    """``bound_to["others"]``: how many other states files, and ``sha256:`` of each one's name, size and members'
+    digest (``-`` for a file that is not a zip, ``?`` for one that could not be read), in name order."""
+    hasher = hashlib.sha256()
+    for name, size, digest in sorted(facts):
+        hasher.update(f"{name}\0{size}\0{digest or '-'}\n".encode("utf-8", "surrogateescape"))
+    return {"files": len(facts), "digest": "sha256:" + hasher.hexdigest()}
+
+
+UNREADABLE = "?"  # the members' digest of another states file that could not be read (on either side)
+
+
 def bind(folder: str) -> dict[str, Any]:
-    """``bound_to`` for the lowest-ranked model-states file in ``folder``, read back now; where it cannot be read
-    back as a zip, ``{"file": None, "unbound": why}``."""
+    """``bound_to`` for the lowest-ranked model-states file in ``folder`` and the other states files beside it,
+    read back now; where the model states cannot be read back as a zip, ``{"file": None, "unbound": why}``."""
     name = lowest_model_states(folder)
     if name is None:
         return unbound(f"no *model_states.pt in {os.path.basename(folder) or folder}")
     try:
-        with open(os.path.join(folder, name), "rb") as file:
-            size = os.fstat(file.fileno()).st_size
-            members = zip_members(file)
+        size, members = _read_members(os.path.join(folder, name))
     except (OSError, zipfile.BadZipFile, ValueError) as error:
         return unbound(f"{name} cannot be read back as a zip ({type(error).__name__}: {str(error)[:200]}; torch's "
                        "legacy format, or a file not yet complete)")
-    return binding(name, size, members)
+    bound = binding(name, size, members)
+    facts: list[tuple[str, int, str | None]] = []
+    for other in other_states(os.listdir(folder), name):
+        try:
+            other_size, other_members = _read_members(os.path.join(folder, other))
+            facts.append((other, other_size, members_digest(other_members)))
+        except zipfile.BadZipFile:
+            facts.append((other, os.path.getsize(os.path.join(folder, other)), None))
+        except (OSError, ValueError):
+            facts.append((other, -1, UNREADABLE))
+    bound["others"] = others_binding(facts)
+    return bound
+
+
+def _read_members(path: str) -> tuple[int, list[tuple[str, int, int]]]:
+    with open(path, "rb") as file:
+        return os.fstat(file.fileno()).st_size, zip_members(file)
 
 
 def unbound(why: str) -> dict[str, Any]:
@@ -102,9 +140,11 @@ def unbound(why: str) -> dict[str, Any]:
 
 
 def same_binding(recorded: Any, actual: dict[str, Any]) -> bool:
-    """Whether a record's ``bound_to`` names exactly the file ``actual`` describes."""
+    """Whether a record's ``bound_to`` names exactly the files ``actual`` describes (a record of 0.6.0, which bound
+    the model-states file alone, is held to that file)."""
     return (isinstance(recorded, dict) and recorded.get("file") is not None and
-            all(recorded.get(key) == actual.get(key) for key in ("file", "size", "members", "digest")))
+            all(recorded.get(key) == actual.get(key) for key in ("file", "size", "members", "digest")) and
+            ("others" not in recorded or recorded["others"] == actual.get("others")))
 
 
 def binding_problem(recorded: Any, actual: dict[str, Any]) -> str:
@@ -116,7 +156,10 @@ def binding_problem(recorded: Any, actual: dict[str, Any]) -> str:
         return f"it is bound to {recorded.get('file')!r}, the folder's model states are {actual.get('file')!r}"
     if recorded.get("size") != actual.get("size"):
         return f"it is bound to a file of {recorded.get('size')} bytes, this one holds {actual.get('size')}"
-    return "its digest of the model states' members is not this file's (other bytes: a rerun or a copy)"
+    if not all(recorded.get(key) == actual.get(key) for key in ("members", "digest")):
+        return "its digest of the model states' members is not this file's (other bytes: a rerun or a copy)"
+    return ("its digest of the other states files (the optimizer's, the layers') is not this folder's (other bytes: "
+            "a rerun, a race or a copy)")
 
 
 # Numbers ----------------------------------------------------------------------------------------------------

@@ -27,7 +27,9 @@ from conftest import CHILDREN, Spec, bare_audit, run_child, run_specs
 RECORD = "accelerate_warmup_patch.json"
 NEWEST_STEP0 = 0.0  # WarmupLR-linear's warmup_min_lr: what 0.19.8 runs step 0 at
 # own-step: the script steps the optimizer and scheduler itself, so every save says global_steps 0 (#47 item 3)
-UNPATCHED = {"step0-save": Spec(steps=0), "unpatched": Spec(steps=3), "own-step": Spec(steps=3, road="own-step")}
+# zero3-unpatched: its rerun into the patched zero3 run's folder writes a byte-identical model-states file (#47 item 1)
+UNPATCHED = {"step0-save": Spec(steps=0), "unpatched": Spec(steps=3), "own-step": Spec(steps=3, road="own-step"),
+             "zero3-unpatched": Spec(steps=2, zero=3)}
 # each armed run: its spec, and the run whose first optimizer step is this run's step 0 (None: its own)
 ARMED: dict[str, tuple[Spec, str | None]] = {
     "patched": (Spec(steps=3), None),
@@ -61,6 +63,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list
     for file in (root / "unpatched" / "ckpt").iterdir():
         shutil.copy(file, root / "rerun" / "ckpt" / file.name)
     truth["rerun"] = first["unpatched"]
+    # the same under ZeRO 3, whose model-states file holds no weights: the optimizer's states file tells the runs apart
+    shutil.copytree(root / "zero3", root / "zero3-rerun")
+    for file in (root / "zero3-unpatched" / "ckpt").iterdir():
+        shutil.copy(file, root / "zero3-rerun" / "ckpt" / file.name)
+    truth["zero3-rerun"] = first["zero3-unpatched"]
     # the patched run's record copied beside the unpatched run's files (same release, class and step count)
     shutil.copytree(root / "unpatched", root / "copied-record")
     shutil.copy(root / "patched" / "ckpt" / RECORD, root / "copied-record" / "ckpt" / RECORD)
@@ -93,7 +100,7 @@ def _expected_verdict(step0: list[float]) -> str:
 
 @pytest.mark.parametrize("name", ["patched", "patched-inf", "cp-r", "from-step0", "from-step0-fresh-scheduler",
                                   "upgrade", "no-optimizer-states", "resumed-patched", "rerun", "copied-record",
-                                  "unpatched", "own-step", "patched-own-step"])
+                                  "unpatched", "own-step", "patched-own-step", "zero3-rerun"])
 def test_the_audits_verdict_and_step0_lr_are_the_optimizers_truth(runs, audited, name):
     _, truth = runs
     report = audited[name]

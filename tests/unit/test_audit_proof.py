@@ -79,6 +79,50 @@ def test_the_binding_is_the_zip_members_crcs_and_sizes_and_holds_across_a_copy(t
     assert "digest" in record_data.binding_problem(bound, other) or "bytes" in record_data.binding_problem(bound, other)
 
 
+def _zero3_save(save_dir: Path, lr: float) -> Path:
+    """A ZeRO-3-like save: the model-states file holds no weights (the same bytes for every run of one model), the
+    optimizer's states file holds the trained partitions (``lr`` stands for what training made of them)."""
+    files.write_run(save_dir, tag="global_step6")  # the same model states whatever the run trained
+    tag = save_dir / "global_step6"
+    (tag / "mp_rank_00_model_states.pt").rename(tag / "zero_pp_rank_0_mp_rank_00_model_states.pt")
+    files.write_torch_zip(tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                          {"optimizer_state_dict": {"lr": lr, "fp32": files.Tensor((16,))}})
+    files.write_torch_zip(tag / "layer_01-model_states.pt", {"weight": files.Tensor((4, 4)), "lr": lr})
+    return tag
+
+
+@pytest.mark.parametrize("differs", ["zero_pp_rank_0_mp_rank_00_optim_states.pt", "layer_01-model_states.pt"])
+def test_a_rerun_whose_model_states_file_is_byte_identical_is_still_not_that_saves_record(
+        tmp_path: Path, differs: str) -> None:
+    # under ZeRO 3 (and the pipeline's mp_rank_00) the file the audit reads is the same bytes for every run: the
+    # binding covers the optimizer's and the layers' files beside it, whose CRC-32s change with the training
+    tag = _zero3_save(tmp_path / "run", 1e-3)
+    write_record(tag, record2(tag, observed([0.0], [0.0])))
+    bound = json.loads((tag / record_data.RECORD_FILE).read_text())["bound_to"]
+    assert bound["others"]["files"] == 2, bound
+    shutil.copytree(tmp_path / "run", tmp_path / "copy")  # a copy holds
+    _, report = one(tmp_path / "copy")
+    assert report["verdict"] == "not affected" and report["record"]["bound"] is True, report
+    (tag / "notes.txt").write_text("a file of the user's own")  # not DeepSpeed's: not bound
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "not affected", report
+    other = _zero3_save(tmp_path / "other", 2e-3)  # the unpatched rerun: other partitions
+    shutil.copy(other / differs, tag / differs)
+    assert record_data.same_binding(bound, record_data.bind(str(tag))) is False
+    _, report = one(tmp_path / "run")
+    assert report["record"] is None and report["verdict"] == "affected", report
+    assert any("the other states files" in note for note in report["notes"]), report["notes"]
+
+
+def test_a_record_of_0_6_0_bound_to_the_model_states_alone_is_still_read(tmp_path: Path) -> None:
+    tag = _zero3_save(tmp_path / "run", 1e-3)
+    record = record2(tag, observed([0.0], [0.0]))
+    del record["bound_to"]["others"]
+    write_record(tag, record)
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "not affected" and report["record"]["bound"] is True, report
+
+
 def test_model_states_in_torchs_legacy_format_cannot_be_bound(tmp_path: Path) -> None:
     (tmp_path / "tag").mkdir()
     files.write_torch_legacy(tmp_path / "tag" / "mp_rank_00_model_states.pt", files.model_states())

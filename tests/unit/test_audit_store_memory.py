@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[2]))
 import audit_files as files
 
+from accelerate_warmup_patch import record_data
 from accelerate_warmup_patch.cli.audit import report
 
 fsspec = pytest.importorskip("fsspec", reason="fsspec (nox -s unit installs it)")
@@ -95,3 +96,29 @@ def test_a_missing_url_is_the_paths_line_and_exit_2() -> None:
     code, reports, stderr = audit("memory://no-such-folder")
     assert code == 2 and reports == [] and stderr.startswith("accelerate-warmup-patch audit: error: "), stderr
     assert len(stderr.splitlines()) == 1
+
+
+def test_the_binding_of_the_other_states_files_is_checked_by_ranges_on_a_store(memory: Any) -> None:
+    # a ZeRO-3-like save: the record binds the optimizer's states file beside the model states; a big one is read
+    # by its central directory alone
+    root, fs, reads = memory
+    tag = root / "plain" / "global_step6"
+    files.write_torch_zip(tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt", {"fp32": files.Tensor((1 << 20,))})
+    step0 = {"how": "observed", "deepspeed": "0.15.2", "scheduler": "WarmupLR", "mode": "reset", "patch": "0.6.0",
+             "lrs": [0.001], "expected": [0.0], "patch_did": "fixed", "global_steps": 0}
+    record: dict[str, Any] = {
+        "record": 2, "package": "accelerate-warmup-patch", "version": "0.6.0", "mode": "reset", "deepspeed": "0.15.2",
+        "reference": "0.19.8", "global_steps": 6, "bound_to": record_data.bind(str(tag)), "scheduler": None,
+        "first_step": None, "step0": step0, "loads": []}
+    assert record["bound_to"]["others"]["files"] == 1
+    (tag / record_data.RECORD_FILE).write_text(json.dumps(record))
+    fs.put(str(root / "plain"), "/runs/plain2", recursive=True)
+    _, (disk,), _ = audit(str(root / "plain"))
+    _, (stored,), _ = audit("memory://runs/plain2")
+    assert disk["record"]["bound"] is stored["record"]["bound"] is True, (disk, stored)
+    optim = [(start, end) for path, start, end in reads if path.endswith("optim_states.pt")]
+    assert optim and sum(end - start for start, end in optim) < 200 * 1024, optim
+    rerun = files.write_torch_zip(root / "rerun.pt", {"fp32": files.Tensor((1 << 19,))})  # other partitions
+    fs.pipe("/runs/plain2/global_step6/zero_pp_rank_0_mp_rank_00_optim_states.pt", rerun.read_bytes())
+    _, (stored,), _ = audit("memory://runs/plain2")
+    assert stored["record"] is None, stored

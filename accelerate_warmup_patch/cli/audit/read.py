@@ -68,11 +68,27 @@ def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCA
     binding = record_data.binding(file.name, directory.size, directory.members) \
         if directory is not None and directory.zip else None
     record = _record(tag, notes, store)
+    if record is not None and binding is not None and "others" in record.get("bound_to", {}):
+        binding["others"] = _others(tag, file.name, store)
     if record is not None:
         record = _this_saves(record, binding=binding, version=version, global_steps=global_steps,
                              scheduler=_scheduler_type(config), notes=notes)
     return Save(tag, file, version, config, problem, global_steps, iteration, _group_count(data), state, record,
                 notes, _optimizer_stepped(data))
+
+
+def _others(tag: PurePath, bound_file: str, store: Store) -> dict[str, Any]:
+    """``bound_to["others"]`` of the tag folder as it is now: each other states file's size and members' digest,
+    read from its central directory alone (record_data's selection and format, the writer's)."""
+    facts: list[tuple[str, int, str | None]] = []
+    for name in record_data.other_states(store.names(tag), bound_file):
+        try:
+            directory = store.directory(tag / name)
+        except Unreadable:
+            facts.append((name, -1, record_data.UNREADABLE))
+            continue
+        facts.append((name, directory.size, record_data.members_digest(directory.members) if directory.zip else None))
+    return record_data.others_binding(facts)
 
 
 def _scheduler_type(config: dict[str, Any]) -> str | None:
@@ -221,8 +237,15 @@ def _valid_binding(bound_to: Any) -> dict[str, Any]:
         return record_data.unbound(str(bound_to.get("unbound") or "no reason given")[:1000])
     if not isinstance(bound_to.get("file"), str) or not isinstance(bound_to.get("digest"), str):
         raise ValueError("bound_to.file and bound_to.digest must be strings")
-    return {"file": bound_to["file"][:200], "size": _count(bound_to.get("size"), "bound_to.size"),
-            "members": _count(bound_to.get("members"), "bound_to.members"), "digest": bound_to["digest"][:100]}
+    valid = {"file": bound_to["file"][:200], "size": _count(bound_to.get("size"), "bound_to.size"),
+             "members": _count(bound_to.get("members"), "bound_to.members"), "digest": bound_to["digest"][:100]}
+    others = bound_to.get("others")
+    if others is not None:  # absent from 0.6.0's records
+        if not isinstance(others, dict) or not isinstance(others.get("digest"), str):
+            raise ValueError("bound_to.others is not an object with a digest")
+        valid["others"] = {"files": _count(others.get("files"), "bound_to.others.files"),
+                           "digest": others["digest"][:100]}
+    return valid
 
 
 def _valid_first_step(first: Any) -> dict[str, Any] | None:
