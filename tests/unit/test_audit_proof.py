@@ -538,3 +538,24 @@ def test_a_plain_patched_run_with_many_saves_and_its_copy_are_not_affected(tmp_p
     shutil.copytree(tmp_path / "run", tmp_path / "copy")
     code, reports = audit(tmp_path / "run", tmp_path / "copy")
     assert [r["verdict"] for r in reports] == ["not affected"] * 2 and code == 0, reports
+
+
+def test_custom_tags_across_an_upgrade_resume_are_weighed_as_one_engine(tmp_path: Path) -> None:
+    # an unpatched run saved epoch1, epoch2 on 0.15.2 and, resumed on 0.19.8, epoch3, epoch4: each tag name is an
+    # engine's line, but the saves hold one model at four step counts: epoch3's step 0 ran on 0.15.2
+    for epoch, version in ((1, "0.15.2"), (2, "0.15.2"), (3, "0.19.8"), (4, "0.19.8")):
+        files.write_run(tmp_path / "run", tag=f"epoch{epoch}", global_steps=3 * epoch, version=version)
+    code, reports = audit(tmp_path / "run")
+    verdicts = {r["engine"]: r["verdict"] for r in reports}
+    assert verdicts == {"epoch1": "affected", "epoch2": "affected", "epoch3": "unknown", "epoch4": "unknown"}, \
+        reports
+    assert "the save epoch1" in reports[2]["why"] and code == 1, reports[2]
+
+
+def test_another_models_tags_in_the_folder_do_not_count_against_an_engine(tmp_path: Path) -> None:
+    other = files.Call(files.Global("collections", "OrderedDict"), ([["head.weight", files.Tensor((2, 2))]],))
+    files.write_run(tmp_path / "run", tag="pytorch_model", global_steps=6, version="0.19.8")
+    files.write_run(tmp_path / "run", tag="critic", global_steps=3, client_state={"module": other})
+    reports = {r["engine"]: r for r in audit(tmp_path / "run")[1]}
+    assert reports["pytorch_model"]["verdict"] == "not affected", reports
+    assert reports["critic"]["verdict"] == "affected", reports

@@ -128,20 +128,28 @@ _NAMED_SAVES = 3  # the saves a verdict's why names one by one (a run may hold h
 def _every_save(run: Run, read: dict[PurePath, Save], report: dict[str, Any], config_root: str | None, *,
                 judged: tuple[Save, ...], scheduler: str, params: dict[str, Any]) -> None:
     """A run judged ``not affected`` from some of its saves stays so only if no other save that took a step says
-    otherwise: one whose bound record observed step 0 run at another lr is ``affected``; one no bound record
-    vouches for was written by a process that resumed from a save here or started afresh unpatched, and where such
-    a fresh start on its release would not be ``not affected``, the files cannot tell which (``unknown``). Each
-    save is read once and not kept (a run with many saves costs one bounded read each)."""
+    otherwise (its own, and those of the folder's other tag names that hold the same model: a tag's name does not
+    prove which engine saved it): one whose bound record observed step 0 run at another lr is ``affected``; one no
+    bound record vouches for was written by a process that resumed from a save here or started afresh unpatched, and
+    where such a fresh start on its release would not be ``not affected``, the files cannot tell which
+    (``unknown``). Each save is read once and not kept (a run with many saves costs one bounded read each)."""
     if report["verdict"] != NOT_AFFECTED:
         return  # affected is the worst already; unknown cannot be cleared by another save
     found: list[tuple[str, str]] = []
-    for tag in run.tags:
+    model = read[run.tag].model if run.tag in read else None
+    steps = {save.global_steps for save in judged}
+    for tag in (*run.tags, *run.siblings):
         if any(tag == save.tag for save in judged):
             continue
         try:
             save = read[tag] if tag in read else read_save(tag, config_root, run.store)
         except Unreadable as error:
-            found.append((UNKNOWN, f"the save {tag.name} cannot be read ({error}), and every save counts"))
+            if tag in run.tags:
+                found.append((UNKNOWN, f"the save {tag.name} cannot be read ({error}), and every save counts"))
+            continue
+        if tag in run.tags:
+            steps.add(save.global_steps)
+        elif not _same_engine(save, model, steps):
             continue
         if _steps(save).ran is False:
             continue  # no optimizer step before it: no lr was used yet
@@ -155,6 +163,15 @@ def _every_save(run: Run, read: dict[PurePath, Save], report: dict[str, Any], co
         report["why"] = "; ".join([*(why for _, why in worst[:_NAMED_SAVES]), *more, f"the rest: {report['why']}"])
         if verdict == UNKNOWN:
             report["step0_lrs"] = report["step0_lr"] = None
+
+
+def _same_engine(sibling: Save, model: str | None, steps: set[Any]) -> bool:
+    """Whether a save under another tag name is this engine's, from what the files hold: the same model, saved at
+    a step count none of this engine's saves has (accelerate's save_state of two models saves both at one step: two
+    engines; custom tags such as epoch1..epoch4 across an upgrade resume: one engine at several steps)."""
+    if sibling.model is not None and model is not None and sibling.model != model:
+        return False
+    return sibling.global_steps not in steps
 
 
 def _vouched(report: dict[str, Any], save: Save, scheduler: str, params: dict[str, Any]) -> tuple[str, str]:

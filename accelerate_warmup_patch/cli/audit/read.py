@@ -42,6 +42,9 @@ class Save:
     # torch optimizer builds at its first step: True, False (none yet), None (not in this file: ZeRO keeps it in
     # the *_optim_states.pt files)
     optimizer_stepped: bool | None = None
+    # the model the engine held: a digest of its module's parameter names (None where the file holds none), which
+    # tells one engine's saves from another's whatever their tags are named
+    model: str | None = None
 
 
 def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCAL) -> Save:
@@ -74,7 +77,7 @@ def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCA
         record = _this_saves(record, binding=binding, version=version, global_steps=global_steps,
                              scheduler=_scheduler_type(config), notes=notes)
     return Save(tag, file, version, config, problem, global_steps, iteration, _group_count(data), state, record,
-                notes, _optimizer_stepped(data))
+                notes, _optimizer_stepped(data), _model(data))
 
 
 def _others(tag: PurePath, bound_file: str, store: Store) -> dict[str, Any]:
@@ -268,6 +271,23 @@ def _valid_step0(step0: Any) -> dict[str, Any]:
     for key in ("lrs", "expected"):
         valid[key] = _lrs(valid[key], f"step0.{key}")
     return valid
+
+
+def _model(data: dict[str, Any]) -> str | None:
+    """A digest of the names of the module's parameters and buffers (the keys of its state_dict), or of
+    ``param_shapes``' names where the module is not in the file; None where neither is."""
+    import hashlib
+
+    names: list[str] = []
+    module = data.get("module")
+    if isinstance(module, dict):
+        names = sorted(str(key) for key in module)
+    shapes = data.get("param_shapes")
+    if not names and isinstance(shapes, list):
+        names = sorted(str(key) for group in shapes if isinstance(group, dict) for key in group)
+    if not names:
+        return None
+    return "sha256:" + hashlib.sha256("\n".join(names).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _optimizer_states(data: dict[str, Any]) -> list[dict[str, Any]]:
