@@ -142,9 +142,23 @@ def unbound(why: str) -> dict[str, Any]:
 def same_binding(recorded: Any, actual: dict[str, Any]) -> bool:
     """Whether a record's ``bound_to`` names exactly the files ``actual`` describes (a record of 0.6.0, which bound
     the model-states file alone, is held to that file)."""
+    return same_model_states(recorded, actual) and ("others" not in recorded or
+                                                    recorded["others"] == actual.get("others"))
+
+
+def same_model_states(recorded: Any, actual: dict[str, Any]) -> bool:
+    """Whether a record's ``bound_to`` names a model-states file of the same bytes as ``actual``'s, whatever files
+    are beside it: a copy of that file (ds_to_universal copies the model states into the universal checkpoint)."""
     return (isinstance(recorded, dict) and recorded.get("file") is not None and
-            all(recorded.get(key) == actual.get(key) for key in ("file", "size", "members", "digest")) and
-            ("others" not in recorded or recorded["others"] == actual.get("others")))
+            all(recorded.get(key) == actual.get(key) for key in ("file", "size", "members", "digest")))
+
+
+def holds_weights(names: list[str], bound_file: str) -> bool:
+    """Whether the model-states file ``bound_file`` of a tag folder holding ``names`` holds the model's weights, so
+    that its bytes tell one run from another: not under ZeRO 3 (zero_pp_rank_* files hold placeholders) nor with the
+    pipeline (its layer_* files hold the layers)."""
+    return not bound_file.startswith("zero_pp_rank_") and \
+        not any(name.startswith("layer_") and STATES_FILE.search(name) for name in names)
 
 
 def binding_problem(recorded: Any, actual: dict[str, Any]) -> str:

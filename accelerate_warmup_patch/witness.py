@@ -185,6 +185,9 @@ def _story(folder: str, hop: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
             "scheduler": hop["scheduler"]}
     path = os.path.join(folder, record_data.RECORD_FILE)
     if not os.path.lexists(path):
+        copied = _copied_from(folder, base)
+        if copied is not None:
+            return copied
         return {"how": record_data.UNRECORDED, **base,
                 "why": f"the save it resumed from ({hop['tag']}) holds no record: step 0 ran unpatched, or patched "
                        "by 0.4.0 or older"}, []
@@ -213,6 +216,42 @@ def _story(folder: str, hop: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
                 f"save's: {problem}"}, []
     hop["bound"] = True
     return valid["step0"], valid["loads"]
+
+
+MAX_SIBLINGS = 256  # the tag folders beside a loaded save without a record that are asked whether it is their copy
+
+
+def _copied_from(folder: str, base: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    """A loaded save without a record that is a copy of a recorded save beside it (ds_to_universal copies the model
+    states into the universal checkpoint's folder, not the record): that save's story, where its record is bound to
+    it and its model-states file, whose bytes this one's are, holds the weights; where it holds none (ZeRO 3, the
+    pipeline), the copy proves nothing, and the story says so. None where no save beside it matches."""
+    actual = record_data.bind(folder)
+    if actual.get("file") is None:
+        return None
+    parent, own = os.path.split(os.path.normpath(folder))
+    try:
+        siblings = sorted(name for name in os.listdir(parent) if name != own)[:MAX_SIBLINGS]
+    except OSError:
+        return None
+    for name in siblings:
+        record_path = os.path.join(parent, name, record_data.RECORD_FILE)
+        try:
+            raw = _read_record(record_path) if os.path.isfile(record_path) else None
+        except (OSError, ValueError, RecursionError):
+            continue
+        valid = _valid_record_2(raw)
+        if valid is None or not isinstance(raw, dict) or \
+                not record_data.same_model_states(raw.get("bound_to"), actual) or \
+                not record_data.same_binding(raw.get("bound_to"), record_data.bind(os.path.join(parent, name))):
+            continue
+        if record_data.holds_weights(os.listdir(os.path.join(parent, name)), str(actual["file"])):
+            return valid["step0"], valid["loads"]
+        return {"how": record_data.UNBOUND, **base,
+                "why": f"the save it resumed from ({base['tag']}) holds no record; its model states are a copy of "
+                       f"{name}'s, whose record is bound to them, but they hold no weights (ZeRO 3, or the "
+                       "pipeline's layer files), so the copy proves nothing"}, []
+    return None
 
 
 def _read_record(path: str) -> Any:

@@ -559,3 +559,68 @@ def test_another_models_tags_in_the_folder_do_not_count_against_an_engine(tmp_pa
     reports = {r["engine"]: r for r in audit(tmp_path / "run")[1]}
     assert reports["pytorch_model"]["verdict"] == "not affected", reports
     assert reports["critic"]["verdict"] == "affected", reports
+
+
+# Converted saves (#47 item 5) -----------------------------------------------------------------------------------
+
+def _universal(save_dir: Path, source: str = "global_step6") -> Path:
+    """What ds_to_universal leaves beside a save: <tag>_universal with a copy of its *model_states.pt files (not the
+    record) and the parameters' fragments under zero/, and latest_universal naming it."""
+    universal = save_dir / f"{source}_universal"
+    (universal / "zero" / "0.weight").mkdir(parents=True)
+    for file in (save_dir / source).glob("*model_states.pt"):
+        shutil.copy2(file, universal / file.name)
+    (universal / "zero" / "0.weight" / "fp32.pt").write_bytes(b"fragment")
+    (save_dir / "latest_universal").write_text(universal.name)
+    return universal
+
+
+def test_a_universal_checkpoint_of_a_patched_save_is_judged_from_that_saves_record(tmp_path: Path) -> None:
+    patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    _universal(tmp_path / "run")
+    code, reports = audit(tmp_path / "run")
+    verdicts = {r["engine"]: r["verdict"] for r in reports}
+    assert verdicts == {"global_step*": "not affected", "global_step6_universal": "not affected"}, reports
+    universal = next(r for r in reports if r["engine"] == "global_step6_universal")
+    assert any("a copy of global_step6's" in note for note in universal["notes"]), universal
+    assert code == 0
+
+
+def test_a_universal_checkpoint_whose_model_states_hold_no_weights_is_unknown(tmp_path: Path) -> None:
+    tag = _zero3_save(tmp_path / "run", 1e-3)
+    write_record(tag, record2(tag, observed([0.0], [0.0])))
+    _universal(tmp_path / "run")
+    _, reports = audit(tmp_path / "run")
+    universal = next(r for r in reports if r["engine"] == "global_step6_universal")
+    assert universal["verdict"] == "unknown" and "hold no weights" in universal["why"], universal
+
+
+def test_a_universal_checkpoint_of_another_runs_save_is_not_vouched_for(tmp_path: Path) -> None:
+    patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    files.write_run(tmp_path / "other", lr=2e-3)
+    shutil.copytree(_universal(tmp_path / "other"), tmp_path / "run" / "global_step6_universal")
+    _, reports = audit(tmp_path / "run")
+    universal = next(r for r in reports if r["engine"] == "global_step6_universal")
+    assert universal["verdict"] == "affected", universal
+
+
+@pytest.mark.parametrize(("zero3", "how"), [(False, "observed"), (True, "unbound")])
+def test_a_resume_from_a_universal_checkpoint_carries_the_step_0_of_the_save_it_came_from(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zero3: bool, how: str) -> None:
+    monkeypatch.setattr(STATE, "carried", {})
+    monkeypatch.setattr(STATE, "watches", {})
+    if zero3:
+        tag = _zero3_save(tmp_path / "run", 1e-3)
+        write_record(tag, record2(tag, observed([0.0], [0.0])))
+    else:
+        patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    universal = _universal(tmp_path / "run")
+    engine = _Engine(6)
+    states = next(universal.glob("*model_states.pt"))
+    witness.loaded(engine, str(states), {"ds_version": "0.15.2"})
+    carried = witness.carried(engine)
+    assert carried is not None and carried.step0["how"] == how, carried
+    if zero3:
+        assert "hold no weights" in carried.step0["why"], carried
+    else:
+        assert carried.step0["lrs"] == [0.0]

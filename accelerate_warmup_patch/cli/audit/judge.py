@@ -80,6 +80,9 @@ def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dic
                          "no step ran, so no lr was used yet (the release that resumes it decides)")
         return report
     chain = _newest_bound_record(run, read, report, config_root)
+    copy_of = _copied_from(run, newest, report, config_root) if chain is None and newest.record is None else None
+    if copy_of is not None and copy_of.record is not None and copy_of.record.get("bound"):
+        chain = copy_of
     report["record"] = chain.record if chain is not None else first.record
     if chain is None and first.record is None and isinstance(first.global_steps, int) and first.global_steps > 0:
         report["notes"].append(f"step 0 ran before the save {first.tag.name} ({first.global_steps} optimizer "
@@ -94,9 +97,14 @@ def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dic
     scheduler, params = _schedule(block, first)
     report["scheduler"], report["params"] = scheduler, params
     report["notes"].extend(config_facts.refused_later(scheduler, params))
+    if copy_of is not None and copy_of.record is not None and not copy_of.record.get("bound"):
+        # a copy of a recorded save whose model states hold no weights: that record is a claim about these files
+        report["verdict"], report["why"] = _from_table(report, scheduler, params, newest.version,
+                                                       copy_of.record.get("why", ""), proof=False)
+        return report
     if chain is not None:
         earlier = _earlier_proof(run, read, report, config_root, chain)
-        _judge_from_chain(report, chain, scheduler, params, newest, earlier)
+        _judge_from_chain(report, chain, scheduler, params, newest, earlier, copy=chain is copy_of)
         _every_save(run, read, report, config_root, judged=(chain, newest), scheduler=scheduler, params=params)
         return report
     _judge(report, scheduler, params, first.version, newest.version)
@@ -265,6 +273,39 @@ def _newest_bound_record(run: Run, read: dict[PurePath, Save], report: dict[str,
     return None
 
 
+def _copied_from(run: Run, newest: Save, report: dict[str, Any], config_root: str | None) -> Save | None:
+    """A save without a record whose model-states file is a byte copy of another tag's in the folder that has a
+    bound record (a universal checkpoint: ds_to_universal copies the model states, not the record; a copied tag
+    folder): that save, its record marked ``bound`` where the file holds the weights (so its bytes tell runs
+    apart), else with ``bound`` False and why (ZeRO 3, the pipeline). None where no tag matches."""
+    recorded = [tag for tag in run.siblings if run.store.exists(tag / RECORD_FILE)]  # from the walk's listing
+    if not recorded:
+        return None
+    try:
+        bound = read_save(run.tag, config_root, run.store, bind=True).binding
+    except Unreadable:
+        return None
+    if bound is None:
+        return None
+    for tag in recorded:
+        try:
+            save = read_save(tag, config_root, run.store)
+        except Unreadable:
+            continue
+        if save.record is None or not save.record.get("bound") or \
+                not record_data.same_model_states(save.record["bound_to"], bound):
+            continue
+        report["notes"].append(f"{newest.tag.name} holds no record; its model-states file is a copy of "
+                               f"{tag.name}'s (a universal checkpoint, or a copied tag folder)")
+        if not record_data.holds_weights(run.store.names(tag), bound["file"]):
+            save.record = {**save.record, "bound": False,
+                           "why": f"{newest.tag.name} holds no record, and the model states it copied from "
+                                  f"{tag.name} hold no weights (ZeRO 3, or the pipeline's layer files): its record "
+                                  "proves nothing about it"}
+        return save
+    return None
+
+
 def _earlier_proof(run: Run, read: dict[PurePath, Save], report: dict[str, Any], config_root: str | None,
                    chain: Save) -> Save | None:
     """Where the chain's step 0 ran unrecorded (a save with no bound record between two patched processes), the
@@ -290,7 +331,7 @@ _STEP0_ONLY = ("start", "get_lr_before_start", "ratio_before_start")
 
 
 def _judge_from_chain(report: dict[str, Any], chain: Save, scheduler: str, params: dict[str, Any],
-                      newest: Save, earlier: Save | None = None) -> None:
+                      newest: Save, earlier: Save | None = None, *, copy: bool = False) -> None:
     """One verdict from every fact: step 0 from the chain of the newest bound record (unless a gap in it leaves
     it open, ``earlier``), then the later changes the guard table finds in the newest save when the process that
     wrote it ran unpatched. The worst of them wins, and ``why`` names each."""
@@ -301,7 +342,7 @@ def _judge_from_chain(report: dict[str, Any], chain: Save, scheduler: str, param
     found = [_step0_from_origin(report, record["step0"], scheduler, params, chain)]
     if earlier is not None and found[0][0] == AFFECTED:
         found[0] = _unless_a_gap(report, scheduler, params, earlier, found[0], differences)
-    if chain is not newest and found[0][0] == NOT_AFFECTED:
+    if chain is not newest and found[0][0] == NOT_AFFECTED and not copy:  # a copy's process is the chain's own
         found[0] = _unless_started_afresh(report, scheduler, params, chain, newest, found[0])
     if not _patched_process(newest):
         later = _later_changes(report, scheduler, params, newest)

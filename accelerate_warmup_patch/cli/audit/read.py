@@ -45,16 +45,18 @@ class Save:
     # the model the engine held: a digest of its module's parameter names (None where the file holds none), which
     # tells one engine's saves from another's whatever their tags are named
     model: str | None = None
+    binding: dict[str, Any] | None = None  # its model-states file's (record_data.binding), where it was read
 
 
-def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCAL) -> Save:
-    """The facts of one tag folder, read from ``store``; raises Unreadable with the reason."""
+def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCAL, *, bind: bool = False) -> Save:
+    """The facts of one tag folder, read from ``store``; raises Unreadable with the reason. ``bind``: its
+    model-states file's binding is kept (``Save.binding``) even without a record beside it."""
     file = model_states(tag, store)
     if file is None:
         raise Unreadable(f"{tag}: no model-states file (or the folder cannot be listed)")
     try:
         # the zip's members are gathered (a tuple each) only where a record beside the save will be checked
-        directory = checkpoint_pickle.ZipDirectory() if store.exists(tag / RECORD_FILE) else None
+        directory = checkpoint_pickle.ZipDirectory() if bind or store.exists(tag / RECORD_FILE) else None
         data = store.load(file, directory)
     except Unreadable as error:
         raise Unreadable(f"{file.name}: {error}") from None
@@ -77,7 +79,7 @@ def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCA
         record = _this_saves(record, binding=binding, version=version, global_steps=global_steps,
                              scheduler=_scheduler_type(config), notes=notes)
     return Save(tag, file, version, config, problem, global_steps, iteration, _group_count(data), state, record,
-                notes, _optimizer_stepped(data), _model(data))
+                notes, _optimizer_stepped(data), _model(data), binding)
 
 
 def _others(tag: PurePath, bound_file: str, store: Store) -> dict[str, Any]:
