@@ -257,6 +257,8 @@ def _train_pipeline(spec: Spec, config: dict[str, Any], model: Any, params: Any)
     for _ in range(spec.steps):
         engine.train_batch(data_iter=batches)
         recorder.flush()
+    if spec.save_to:  # mp_rank_00 holds no layer: each layer_NN-model_states.pt does
+        engine.save_checkpoint(spec.save_to, tag="ckpt")
     return recorder.rows
 
 

@@ -27,9 +27,11 @@ from conftest import CHILDREN, Spec, bare_audit, run_child, run_specs
 RECORD = "accelerate_warmup_patch.json"
 NEWEST_STEP0 = 0.0  # WarmupLR-linear's warmup_min_lr: what 0.19.8 runs step 0 at
 # own-step: the script steps the optimizer and scheduler itself, so every save says global_steps 0 (#47 item 3)
-# zero3-unpatched: its rerun into the patched zero3 run's folder writes a byte-identical model-states file (#47 item 1)
+# zero3-, pipeline-unpatched: a rerun into the patched run's folder writes a byte-identical model-states file (the
+# weights are in the optimizer's and the layers' files; #47 item 1)
 UNPATCHED = {"step0-save": Spec(steps=0), "unpatched": Spec(steps=3), "own-step": Spec(steps=3, road="own-step"),
-             "zero3-unpatched": Spec(steps=2, zero=3)}
+             "zero3-unpatched": Spec(steps=2, zero=3),
+             "pipeline-unpatched": Spec(steps=2, road="pipeline", zero=1)}
 # each armed run: its spec, and the run whose first optimizer step is this run's step 0 (None: its own)
 ARMED: dict[str, tuple[Spec, str | None]] = {
     "patched": (Spec(steps=3), None),
@@ -43,6 +45,7 @@ ARMED: dict[str, tuple[Spec, str | None]] = {
     "zero2-two-groups": (Spec(steps=2, zero=2, groups=[1e-3, 2e-3]), None),
     "zero3": (Spec(steps=2, zero=3), None),
     "patched-own-step": (Spec(steps=3, road="own-step"), None),
+    "pipeline": (Spec(steps=2, road="pipeline", zero=1), None),
 }
 
 
@@ -68,6 +71,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list
     for file in (root / "zero3-unpatched" / "ckpt").iterdir():
         shutil.copy(file, root / "zero3-rerun" / "ckpt" / file.name)
     truth["zero3-rerun"] = first["zero3-unpatched"]
+    # and with the PipelineEngine, whose mp_rank_00 holds no layer
+    shutil.copytree(root / "pipeline", root / "pipeline-rerun")
+    for file in (root / "pipeline-unpatched" / "ckpt").iterdir():
+        shutil.copy(file, root / "pipeline-rerun" / "ckpt" / file.name)
+    truth["pipeline-rerun"] = first["pipeline-unpatched"]
     # the patched run's record copied beside the unpatched run's files (same release, class and step count)
     shutil.copytree(root / "unpatched", root / "copied-record")
     shutil.copy(root / "patched" / "ckpt" / RECORD, root / "copied-record" / "ckpt" / RECORD)
@@ -100,7 +108,8 @@ def _expected_verdict(step0: list[float]) -> str:
 
 @pytest.mark.parametrize("name", ["patched", "patched-inf", "cp-r", "from-step0", "from-step0-fresh-scheduler",
                                   "upgrade", "no-optimizer-states", "resumed-patched", "rerun", "copied-record",
-                                  "unpatched", "own-step", "patched-own-step", "zero3-rerun"])
+                                  "unpatched", "own-step", "patched-own-step", "zero3-rerun", "pipeline",
+                                  "pipeline-rerun"])
 def test_the_audits_verdict_and_step0_lr_are_the_optimizers_truth(runs, audited, name):
     _, truth = runs
     report = audited[name]
