@@ -133,6 +133,7 @@ def _schedule(block: dict[str, Any], save: Save) -> tuple[str, dict[str, Any]]:
 
 _NAMED_SAVES = 3  # the saves a verdict's why names one by one (a run may hold hundreds)
 
+
 def _every_save(run: Run, read: dict[PurePath, Save], report: dict[str, Any], config_root: str | None, *,
                 judged: tuple[Save, ...], scheduler: str, params: dict[str, Any]) -> None:
     """A run judged ``not affected`` from some of its saves stays so only if no other save that took a step says
