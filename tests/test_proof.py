@@ -30,7 +30,7 @@ NEWEST_STEP0 = 0.0  # WarmupLR-linear's warmup_min_lr: what 0.19.8 runs step 0 a
 # zero3-, pipeline-unpatched: a rerun into the patched run's folder writes a byte-identical model-states file (the
 # weights are in the optimizer's and the layers' files; #47 item 1)
 UNPATCHED = {"step0-save": Spec(steps=0), "unpatched": Spec(steps=3), "own-step": Spec(steps=3, road="own-step"),
-             "zero3-unpatched": Spec(steps=2, zero=3),
+             "zero3-unpatched": Spec(steps=2, zero=3), "own-step-zero2": Spec(steps=3, road="own-step", zero=2),
              "pipeline-unpatched": Spec(steps=2, road="pipeline", zero=1)}
 # each armed run: its spec, and the run whose first optimizer step is this run's step 0 (None: its own)
 ARMED: dict[str, tuple[Spec, str | None]] = {
@@ -61,6 +61,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list
              for name, result in zip([*UNPATCHED, *ARMED], [*unpatched.data["results"], *armed.data["results"]])}
     truth = {name: first[origin or name] for name, (_, origin) in ARMED.items()}
     truth["unpatched"], truth["own-step"] = first["unpatched"], first["own-step"]
+    truth["own-step-zero2"] = first["own-step-zero2"]  # the optimizer's state is in ZeRO's optim_states file
     # a rerun from scratch, unpatched, into the patched run's folder: new model states, the old record stays
     shutil.copytree(root / "patched", root / "rerun")
     for file in (root / "unpatched" / "ckpt").iterdir():
@@ -108,7 +109,8 @@ def _expected_verdict(step0: list[float]) -> str:
 
 @pytest.mark.parametrize("name", ["patched", "patched-inf", "cp-r", "from-step0", "from-step0-fresh-scheduler",
                                   "upgrade", "no-optimizer-states", "resumed-patched", "rerun", "copied-record",
-                                  "unpatched", "own-step", "patched-own-step", "zero3-rerun", "pipeline",
+                                  "unpatched", "own-step", "own-step-zero2", "patched-own-step", "zero3-rerun",
+                                  "pipeline",
                                   "pipeline-rerun"])
 def test_the_audits_verdict_and_step0_lr_are_the_optimizers_truth(runs, audited, name):
     _, truth = runs
@@ -126,7 +128,7 @@ def test_a_patched_zero_run_records_every_groups_step_0_bound_to_its_rank_0_file
 
 
 def test_an_optimizer_stepped_outside_engine_step_is_never_no_step_ran(audited):
-    for name in ("own-step", "patched-own-step"):
+    for name in ("own-step", "own-step-zero2", "patched-own-step"):
         report = audited[name]
         assert report["global_steps"] == 0 and "no step ran" not in report["why"], report
         assert any("optimizer's state shows it stepped" in note for note in report["notes"]), report

@@ -155,6 +155,21 @@ def test_a_scheduler_that_moved_without_an_optimizer_step_in_the_file_is_unknown
     assert report["verdict"] == "not affected" and "no step ran" not in report["why"], report
 
 
+@pytest.mark.parametrize(("moments", "verdict"), [(True, "affected"), (False, "unknown")])
+def test_under_zero_the_optimizers_own_states_file_tells_whether_it_stepped(tmp_path: Path, moments: bool,
+                                                                            verdict: str) -> None:
+    # ZeRO keeps the optimizer's state in zero_pp_rank_0_mp_rank_00_optim_states.pt (optimizer_state_dict): an own
+    # loop's save holds Adam's moments there for the rank's fp32 partition
+    files.write_run(tmp_path / "run", tag="global_step0", global_steps=0,
+                    client_state={**_own_loop(iteration=2, stepped=False), "optimizer": None})
+    state = {"exp_avg": files.Tensor((8,)), "exp_avg_sq": files.Tensor((8,))} if moments else {}
+    files.write_torch_zip(tmp_path / "run" / "global_step0" / "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                          {"optimizer_state_dict": {"base_optimizer_state": [state], "zero_stage": 2},
+                           "ds_version": "0.15.2"})
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == verdict and "no step ran" not in report["why"], report
+
+
 def test_a_run_saved_at_step_0_and_later_is_judged_from_its_first_save_with_steps(tmp_path: Path) -> None:
     files.write_run(tmp_path / "run", tag="global_step0", global_steps=0, version="0.19.8", latest=False)
     files.write_run(tmp_path / "run", tag="global_step6")

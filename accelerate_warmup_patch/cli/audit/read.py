@@ -78,8 +78,11 @@ def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCA
     if record is not None:
         record = _this_saves(record, binding=binding, version=version, global_steps=global_steps,
                              scheduler=_scheduler_type(config), notes=notes)
+    stepped = _optimizer_stepped(data)
+    if stepped is None and global_steps == 0 and isinstance(iteration, int) and iteration >= 0:
+        stepped = _zero_optimizer_stepped(tag, store)  # only where global_steps and the scheduler disagree
     return Save(tag, file, version, config, problem, global_steps, iteration, _group_count(data), state, record,
-                notes, _optimizer_stepped(data), _model(data), binding)
+                notes, stepped, _model(data), binding)
 
 
 def _others(tag: PurePath, bound_file: str, store: Store) -> dict[str, Any]:
@@ -308,6 +311,36 @@ def _optimizer_stepped(data: dict[str, Any]) -> bool | None:
     if not states:
         return None
     return any(len(state) > 0 for state in states)
+
+
+# what a torch optimizer keeps per parameter once it has stepped (Adam, AdamW, SGD with momentum, RMSprop, Adagrad,
+# Adadelta): ZeRO's optimizer states file holds it for the rank's fp32 partition
+_PER_PARAMETER = frozenset({"exp_avg", "exp_avg_sq", "momentum_buffer", "square_avg", "sum", "acc_delta"})
+
+
+def _zero_optimizer_stepped(tag: PurePath, store: Store) -> bool | None:
+    """Whether the lowest-ranked ``*optim_states.pt`` of a ZeRO save (its ``optimizer_state_dict``: engine.py's
+    _save_zero_checkpoint @ v0.15.2, v0.19.8) holds per-parameter state, which its optimizer builds at its first
+    step; None where there is no such file or it cannot be read."""
+    try:
+        names = sorted(name for name in store.names(tag) if name.endswith("optim_states.pt"))
+        data = store.load(tag / names[0]) if names else None
+    except (OSError, Unreadable):
+        return None
+    state = data.get("optimizer_state_dict") if isinstance(data, dict) else None
+    return _holds_per_parameter_state(state, 6) if isinstance(state, dict) else None
+
+
+def _holds_per_parameter_state(value: Any, depth: int) -> bool:
+    if depth <= 0:
+        return False
+    if isinstance(value, dict):
+        if _PER_PARAMETER & {key for key in value if isinstance(key, str)}:
+            return True
+        return any(_holds_per_parameter_state(item, depth - 1) for key, item in value.items() if key != "param_groups")
+    if isinstance(value, (list, tuple)):
+        return any(_holds_per_parameter_state(item, depth - 1) for item in value[:10_000])
+    return False
 
 
 def _group_count(data: dict[str, Any]) -> int | None:
