@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -263,7 +264,10 @@ def write(folder: str, data: dict[str, Any]) -> None:
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"no checkpoint folder {folder!r} (a checkpoint engine that writes elsewhere?)")
     text = json.dumps(data, indent=1, allow_nan=False) + "\n"
-    temporary = os.path.join(folder, f".{FILE_NAME}.{os.urandom(6).hex()}")
+    _clean_stale_partials(folder)
+    # named .partial, not .json: a process killed between the write and the rename leaves a file no reader of
+    # records (the audit, a glob for *.json) takes for one; the next write into this folder removes it
+    temporary = os.path.join(folder, f".accelerate_warmup_patch.{os.urandom(6).hex()}.partial")
     # the permissions of the checkpoint's own files (0666 less the umask), not mkstemp's 0600: an admin audits it
     handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
@@ -273,3 +277,20 @@ def write(folder: str, data: dict[str, Any]) -> None:
     except BaseException:
         os.unlink(temporary)
         raise
+
+
+STALE_PARTIAL_S = 600  # a record is written in milliseconds: a partial this old was left by a killed process
+
+
+def _clean_stale_partials(folder: str) -> None:
+    """Remove the temporary files of earlier writes into ``folder`` that a killed process left (another job's
+    write in progress, younger than STALE_PARTIAL_S, is left alone)."""
+    now = time.time()
+    for name in os.listdir(folder):
+        if record_data.PARTIAL.match(name):
+            path = os.path.join(folder, name)
+            try:
+                if now - os.lstat(path).st_mtime > STALE_PARTIAL_S:
+                    os.unlink(path)
+            except OSError:
+                pass  # gone already, or not ours to remove: the record is written all the same

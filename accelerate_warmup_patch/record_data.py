@@ -13,6 +13,7 @@ across ``cp -r``, ``rsync``, ``tar`` or an object-store sync, which change mtime
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import re
@@ -26,7 +27,17 @@ PACKAGE = "accelerate-warmup-patch"
 # zero_pp_rank_0_mp_rank_00_model_states.pt; the audit reads the lowest-ranked one (cli/audit/find.model_states)
 MODEL_STATES = re.compile(r"^(?:zero_pp_rank_(\d+)_)?mp_rank_(\d+)_model_states\.pt$")
 MAX_LOADS = 8  # the loads a record lists (newest first): the chain stays this short however often a run resumes
+# DeepSpeed's other states files in a tag folder, every rank's (engine.py's _get_ckpt_name, _get_zero_ckpt_name,
+# the PipelineModule's layer files @ v0.15.2, v0.19.8): zero_pp_rank_N_mp_rank_MM_optim_states.pt (with a bf16_
+# prefix under bf16), layer_NN-model_states.pt. Under ZeRO 3 and the pipeline the weights live there, not in the
+# model-states file the audit reads, so the binding covers them too (docs/mark.md).
+STATES_FILE = re.compile(r"(?:^|[_-])(?:model|optim)_states\.pt$")
+MAX_BOUND_FILES = 1024  # the other states files a record binds (the lowest names): bounded time per save
 MAX_MEMBERS = 1_000_000  # a central directory longer than this is not bound (no torch save holds so many tensors)
+RECORD_BYTES = 64 * 1024  # the bound of a record read back (at a load, and by the audit)
+# the temporary file of a record's atomic write: a name no reader of records matches (it does not end in .json),
+# cleaned by the next write into that folder where a killed process left one
+PARTIAL = re.compile(r"^\.accelerate_warmup_patch\.[0-9a-f]+\.partial$")
 
 # What a record says about the run's step 0 (``step0.how``). Only "observed" can clear a run; every other is a
 # reason the audit names.
@@ -76,20 +87,52 @@ def binding(name: str, size: int, members: list[tuple[str, int, int]]) -> dict[s
     return {"file": name, "size": size, "members": len(members), "digest": members_digest(members)}
 
 
+def other_states(names: list[str], bound_file: str) -> list[str]:
+    """The tag folder's other states files a record binds besides ``bound_file``, in name order, at most
+    MAX_BOUND_FILES."""
+    return sorted(name for name in names if STATES_FILE.search(name) and name != bound_file)[:MAX_BOUND_FILES]
+
+
+def others_binding(facts: list[tuple[str, int, str | None]]) -> dict[str, Any]:
+    """``bound_to["others"]``: how many other states files, and ``sha256:`` of each one's name, size and members'
+    digest (``-`` for a file that is not a zip, ``?`` for one that could not be read), in name order."""
+    hasher = hashlib.sha256()
+    for name, size, digest in sorted(facts):
+        hasher.update(f"{name}\0{size}\0{digest or '-'}\n".encode("utf-8", "surrogateescape"))
+    return {"files": len(facts), "digest": "sha256:" + hasher.hexdigest()}
+
+
+UNREADABLE = "?"  # the members' digest of another states file that could not be read (on either side)
+
+
 def bind(folder: str) -> dict[str, Any]:
-    """``bound_to`` for the lowest-ranked model-states file in ``folder``, read back now; where it cannot be read
-    back as a zip, ``{"file": None, "unbound": why}``."""
+    """``bound_to`` for the lowest-ranked model-states file in ``folder`` and the other states files beside it,
+    read back now; where the model states cannot be read back as a zip, ``{"file": None, "unbound": why}``."""
     name = lowest_model_states(folder)
     if name is None:
         return unbound(f"no *model_states.pt in {os.path.basename(folder) or folder}")
     try:
-        with open(os.path.join(folder, name), "rb") as file:
-            size = os.fstat(file.fileno()).st_size
-            members = zip_members(file)
+        size, members = _read_members(os.path.join(folder, name))
     except (OSError, zipfile.BadZipFile, ValueError) as error:
         return unbound(f"{name} cannot be read back as a zip ({type(error).__name__}: {str(error)[:200]}; torch's "
                        "legacy format, or a file not yet complete)")
-    return binding(name, size, members)
+    bound = binding(name, size, members)
+    facts: list[tuple[str, int, str | None]] = []
+    for other in other_states(os.listdir(folder), name):
+        try:
+            other_size, other_members = _read_members(os.path.join(folder, other))
+            facts.append((other, other_size, members_digest(other_members)))
+        except zipfile.BadZipFile:
+            facts.append((other, os.path.getsize(os.path.join(folder, other)), None))
+        except (OSError, ValueError):
+            facts.append((other, -1, UNREADABLE))
+    bound["others"] = others_binding(facts)
+    return bound
+
+
+def _read_members(path: str) -> tuple[int, list[tuple[str, int, int]]]:
+    with open(path, "rb") as file:
+        return os.fstat(file.fileno()).st_size, zip_members(file)
 
 
 def unbound(why: str) -> dict[str, Any]:
@@ -97,9 +140,25 @@ def unbound(why: str) -> dict[str, Any]:
 
 
 def same_binding(recorded: Any, actual: dict[str, Any]) -> bool:
-    """Whether a record's ``bound_to`` names exactly the file ``actual`` describes."""
+    """Whether a record's ``bound_to`` names exactly the files ``actual`` describes (a record of 0.6.0, which bound
+    the model-states file alone, is held to that file)."""
+    return same_model_states(recorded, actual) and ("others" not in recorded or
+                                                    recorded["others"] == actual.get("others"))
+
+
+def same_model_states(recorded: Any, actual: dict[str, Any]) -> bool:
+    """Whether a record's ``bound_to`` names a model-states file of the same bytes as ``actual``'s, whatever files
+    are beside it: a copy of that file (ds_to_universal copies the model states into the universal checkpoint)."""
     return (isinstance(recorded, dict) and recorded.get("file") is not None and
             all(recorded.get(key) == actual.get(key) for key in ("file", "size", "members", "digest")))
+
+
+def holds_weights(names: list[str], bound_file: str) -> bool:
+    """Whether the model-states file ``bound_file`` of a tag folder holding ``names`` holds the model's weights, so
+    that its bytes tell one run from another: not under ZeRO 3 (zero_pp_rank_* files hold placeholders) nor with the
+    pipeline (its layer_* files hold the layers)."""
+    return not bound_file.startswith("zero_pp_rank_") and \
+        not any(name.startswith("layer_") and STATES_FILE.search(name) for name in names)
 
 
 def binding_problem(recorded: Any, actual: dict[str, Any]) -> str:
@@ -111,7 +170,10 @@ def binding_problem(recorded: Any, actual: dict[str, Any]) -> str:
         return f"it is bound to {recorded.get('file')!r}, the folder's model states are {actual.get('file')!r}"
     if recorded.get("size") != actual.get("size"):
         return f"it is bound to a file of {recorded.get('size')} bytes, this one holds {actual.get('size')}"
-    return "its digest of the model states' members is not this file's (other bytes: a rerun or a copy)"
+    if not all(recorded.get(key) == actual.get(key) for key in ("members", "digest")):
+        return "its digest of the model states' members is not this file's (other bytes: a rerun or a copy)"
+    return ("its digest of the other states files (the optimizer's, the layers') is not this folder's (other bytes: "
+            "a rerun, a race or a copy)")
 
 
 # Numbers ----------------------------------------------------------------------------------------------------
@@ -153,3 +215,82 @@ def same_lr(a: float, b: float) -> bool:
 
 def same_lrs(a: list[float], b: list[float]) -> bool:
     return len(a) == len(b) and all(same_lr(x, y) for x, y in zip(a, b))
+
+
+# The shape a record is written in, for what is read back ----------------------------------------------------
+# A job carries the step0 and loads of the record it resumed from into every record it writes later; the audit reads
+# them. Both rebuild them here, key by key, to the shape marks.py writes: only these keys, each a bounded scalar or
+# a list of lrs, so that nothing read back (an lr of 1e999, a value nested 900 deep, a huge string) reaches a later
+# record or makes it unwritable.
+
+STEP0_KEYS = ("how", "deepspeed", "scheduler", "mode", "patch", "patch_did", "tag", "claimed", "why", "global_steps",
+              "lrs", "expected")
+HOP_KEYS = ("tag", "deepspeed", "global_steps", "scheduler", "record", "bound")
+_TEXT = 200  # a name, a release, a tag
+_WHY = 1000  # a sentence
+
+
+def parse(data: bytes) -> Any:
+    """A record's bytes as JSON: NaN and Infinity literals refused (a record writes non-finite lrs as strings),
+    integers past 30 digits read as null (``int()`` of a long one is quadratic on Python 3.9)."""
+    return json.loads(data.decode("utf-8"), parse_int=_bounded_int, parse_constant=_refuse_constant)
+
+
+def _bounded_int(text: str) -> int | None:
+    return int(text) if len(text) <= 30 else None
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON (a record writes a non-finite lr as a string)")
+
+
+def step_count(value: Any) -> int | None:
+    """A step count a record holds (an int from 0 to 2**63 - 1, not a bool); None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value.bit_length() > 63:
+        return None
+    return int(value)
+
+
+def scalar(value: Any, cap: int = _TEXT) -> str | int | bool | None:
+    """A plain scalar of a record: a string cut at ``cap`` characters, a bool, a step count; anything else None."""
+    if isinstance(value, str):
+        return value[:cap]
+    if isinstance(value, bool):
+        return value
+    return step_count(value)
+
+
+def written_step0(step0: Any) -> dict[str, Any]:
+    """``step0`` rebuilt in the shape a record writes it, its lrs encoded; raises ValueError where it cannot be one
+    (an unknown ``how``; an observed one without its release, step count and one lr per group)."""
+    if not isinstance(step0, dict) or step0.get("how") not in HOWS:
+        raise ValueError(f"step0.how is not one of {', '.join(HOWS)}")
+    shaped: dict[str, Any] = {key: scalar(step0[key], _WHY if key == "why" else _TEXT)
+                              for key in STEP0_KEYS[:9] if key in step0}
+    if step0.get("global_steps") is not None:
+        shaped["global_steps"] = step_count(step0["global_steps"])
+        if shaped["global_steps"] is None:
+            raise ValueError("step0.global_steps is not a step count")
+    for key in ("lrs", "expected"):
+        if step0.get(key) is not None:
+            lrs = decode_lrs(step0[key])
+            if lrs is None:
+                raise ValueError(f'step0.{key} is not a list of lrs (numbers, or "nan", "inf", "-inf")')
+            shaped[key] = [encode_lr(lr) for lr in lrs]
+        elif key in step0:
+            shaped[key] = None
+    if shaped["how"] == OBSERVED:
+        if not isinstance(shaped.get("deepspeed"), str) or shaped.get("global_steps") is None:
+            raise ValueError("an observed step0 must name its deepspeed and global_steps")
+        lrs, expected = shaped.get("lrs"), shaped.get("expected")
+        if not lrs or (expected is not None and len(expected) != len(lrs)):
+            raise ValueError("step0.lrs must hold one lr per group, and step0.expected as many or be null")
+    return shaped
+
+
+def written_loads(loads: Any) -> list[dict[str, Any]]:
+    """``loads`` rebuilt in the shape a record writes it (at most MAX_LOADS hops of plain scalars); raises
+    ValueError where it is not a list of objects."""
+    if not isinstance(loads, list) or not all(isinstance(hop, dict) for hop in loads):
+        raise ValueError("loads is not a list of objects")
+    return [{key: scalar(hop[key]) for key in HOP_KEYS if key in hop} for hop in loads[:MAX_LOADS]]

@@ -17,7 +17,6 @@ ran at, and what each load_checkpoint carried in from the save it loaded.
 
 from __future__ import annotations
 
-import json
 import os
 import weakref
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from typing import Any
 from . import record_data, schedules
 from .state import STATE
 
-RECORD_BYTES = 64 * 1024  # the bound of a record read back at load (the audit's too)
+RECORD_BYTES = record_data.RECORD_BYTES  # the bound of a record read back at load (the audit's too)
 
 
 @dataclass
@@ -186,12 +185,15 @@ def _story(folder: str, hop: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
             "scheduler": hop["scheduler"]}
     path = os.path.join(folder, record_data.RECORD_FILE)
     if not os.path.lexists(path):
+        copied = _copied_from(folder, base)
+        if copied is not None:
+            return copied
         return {"how": record_data.UNRECORDED, **base,
                 "why": f"the save it resumed from ({hop['tag']}) holds no record: step 0 ran unpatched, or patched "
                        "by 0.4.0 or older"}, []
     try:
         raw = _read_record(path)
-    except (OSError, ValueError, RecursionError) as error:
+    except (OSError, ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
         return {"how": record_data.UNRECORDED, **base,
                 "why": f"the record beside the save it resumed from ({hop['tag']}) cannot be read ({error})"}, []
     hop["record"] = raw.get("record") if isinstance(raw, dict) else None
@@ -216,6 +218,42 @@ def _story(folder: str, hop: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
     return valid["step0"], valid["loads"]
 
 
+MAX_SIBLINGS = 256  # the tag folders beside a loaded save without a record that are asked whether it is their copy
+
+
+def _copied_from(folder: str, base: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    """A loaded save without a record that is a copy of a recorded save beside it (ds_to_universal copies the model
+    states into the universal checkpoint's folder, not the record): that save's story, where its record is bound to
+    it and its model-states file, whose bytes this one's are, holds the weights; where it holds none (ZeRO 3, the
+    pipeline), the copy proves nothing, and the story says so. None where no save beside it matches."""
+    actual = record_data.bind(folder)
+    if actual.get("file") is None:
+        return None
+    parent, own = os.path.split(os.path.normpath(folder))
+    try:
+        siblings = sorted(name for name in os.listdir(parent) if name != own)[:MAX_SIBLINGS]
+    except OSError:
+        return None
+    for name in siblings:
+        record_path = os.path.join(parent, name, record_data.RECORD_FILE)
+        try:
+            raw = _read_record(record_path) if os.path.isfile(record_path) else None
+        except (OSError, ValueError, RecursionError):
+            continue
+        valid = _valid_record_2(raw)
+        if valid is None or not isinstance(raw, dict) or \
+                not record_data.same_model_states(raw.get("bound_to"), actual) or \
+                not record_data.same_binding(raw.get("bound_to"), record_data.bind(os.path.join(parent, name))):
+            continue
+        if record_data.holds_weights(os.listdir(os.path.join(parent, name)), str(actual["file"])):
+            return valid["step0"], valid["loads"]
+        return {"how": record_data.UNBOUND, **base,
+                "why": f"the save it resumed from ({base['tag']}) holds no record; its model states are a copy of "
+                       f"{name}'s, whose record is bound to them, but they hold no weights (ZeRO 3, or the "
+                       "pipeline's layer files), so the copy proves nothing"}, []
+    return None
+
+
 def _read_record(path: str) -> Any:
     """A record as JSON, read from a regular file of at most RECORD_BYTES, never blocking on a FIFO."""
     import stat
@@ -229,23 +267,18 @@ def _read_record(path: str) -> Any:
         data = file.read(RECORD_BYTES + 1)
     if len(data) > RECORD_BYTES:
         raise ValueError(f"more than {RECORD_BYTES} bytes")
-    return json.loads(data.decode("utf-8"), parse_constant=_not_json)
-
-
-def _not_json(name: str) -> None:
-    # NaN and Infinity are not JSON (a record writes them as strings); carried on, they would make this
-    # process's own record unwritable
-    raise ValueError(f"{name} is not JSON")
+    return record_data.parse(data)
 
 
 def _valid_record_2(raw: Any) -> dict[str, Any] | None:
-    """A record 2's step0 and loads, as the next record carries them; None where they are not record 2's shape."""
+    """A record 2's step0 and loads, rebuilt in the shape this process writes them (record_data.written_step0):
+    what it carries into its own records cannot make them unwritable or large. None where they are not record 2's
+    shape."""
     if not isinstance(raw, dict) or raw.get("record") != record_data.RECORD or raw.get("package") != \
             record_data.PACKAGE:
         return None
-    step0, loads = raw.get("step0"), raw.get("loads")
-    if not isinstance(step0, dict) or step0.get("how") not in record_data.HOWS or not isinstance(loads, list):
+    try:
+        return {"step0": record_data.written_step0(raw.get("step0")),
+                "loads": record_data.written_loads(raw.get("loads"))}
+    except ValueError:
         return None
-    if len(json.dumps(step0)) > 8192 or not all(isinstance(hop, dict) for hop in loads):
-        return None
-    return {"step0": step0, "loads": [hop for hop in loads if len(json.dumps(hop)) <= 2048]}

@@ -84,7 +84,9 @@ class Spec:
     offload: bool = False  # ZeRO optimizer offload to CPU
     # how the deepspeed path builds its engine and scheduler: "config" (both from the config),
     # "client" (a torch optimizer and a WarmupLR object that user code builds, passed in),
-    # "early-bound" (`from deepspeed import initialize` before the patch), "pipeline" (a PipelineEngine)
+    # "early-bound" (`from deepspeed import initialize` before the patch), "pipeline" (a PipelineEngine),
+    # "own-step" (the script calls engine.backward() and then steps the optimizer and scheduler itself: global_steps
+    # stays 0)
     road: str = "config"
     # user code steps the engine's DeepSpeed scheduler this many times after deepspeed.initialize (accelerate:
     # after prepare; the Trainer: at on_train_begin), before the first optimizer step: the old workaround
@@ -178,6 +180,8 @@ def run_deepspeed(spec: Spec) -> list[list[float | None]]:
             _import_patch(spec)
     if spec.road == "pipeline":
         return _train_pipeline(spec, config, model, params)
+    if spec.road == "own-step":
+        return _train_own_step(spec, config, model, params, kwargs)
     if spec.fp16:
         import fp16_run
 
@@ -253,6 +257,30 @@ def _train_pipeline(spec: Spec, config: dict[str, Any], model: Any, params: Any)
     for _ in range(spec.steps):
         engine.train_batch(data_iter=batches)
         recorder.flush()
+    if spec.save_to:  # mp_rank_00 holds no layer: each layer_NN-model_states.pt does
+        engine.save_checkpoint(spec.save_to, tag="ckpt")
+    return recorder.rows
+
+
+def _train_own_step(spec: Spec, config: dict[str, Any], model: Any, params: Any,
+                    kwargs: dict[str, Any]) -> list[list[float | None]]:
+    """A script of its own loop: engine.backward(), then the engine's optimizer and scheduler stepped by hand, not
+    through engine.step(), so the engine's global_steps stays 0 while the optimizer and scheduler move."""
+    import deepspeed
+    import torch
+
+    demo.set_up_single_process()
+    deepspeed.init_distributed(dist_backend="gloo")
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=config)
+    recorder = demo.Recorder(demo.torch_optimizer(engine))
+    for _ in range(spec.steps):
+        engine.backward(engine(torch.randn(2, 4)).pow(2).mean())
+        engine.optimizer.step()
+        engine.lr_scheduler.step()
+        engine.optimizer.zero_grad()
+        recorder.flush()
+    if "after" in kwargs:
+        kwargs["after"](engine)
     return recorder.rows
 
 

@@ -26,7 +26,12 @@ from conftest import CHILDREN, Spec, bare_audit, run_child, run_specs
 
 RECORD = "accelerate_warmup_patch.json"
 NEWEST_STEP0 = 0.0  # WarmupLR-linear's warmup_min_lr: what 0.19.8 runs step 0 at
-UNPATCHED = {"step0-save": Spec(steps=0), "unpatched": Spec(steps=3)}
+# own-step: the script steps the optimizer and scheduler itself, so every save says global_steps 0 (#47 item 3)
+# zero3-, pipeline-unpatched: a rerun into the patched run's folder writes a byte-identical model-states file (the
+# weights are in the optimizer's and the layers' files; #47 item 1)
+UNPATCHED = {"step0-save": Spec(steps=0), "unpatched": Spec(steps=3), "own-step": Spec(steps=3, road="own-step"),
+             "zero3-unpatched": Spec(steps=2, zero=3), "own-step-zero2": Spec(steps=3, road="own-step", zero=2),
+             "pipeline-unpatched": Spec(steps=2, road="pipeline", zero=1)}
 # each armed run: its spec, and the run whose first optimizer step is this run's step 0 (None: its own)
 ARMED: dict[str, tuple[Spec, str | None]] = {
     "patched": (Spec(steps=3), None),
@@ -39,6 +44,8 @@ ARMED: dict[str, tuple[Spec, str | None]] = {
     # ZeRO 2 steps the torch optimizer once per group, narrowed to it; ZeRO 3 names its file zero_pp_rank_0_...
     "zero2-two-groups": (Spec(steps=2, zero=2, groups=[1e-3, 2e-3]), None),
     "zero3": (Spec(steps=2, zero=3), None),
+    "patched-own-step": (Spec(steps=3, road="own-step"), None),
+    "pipeline": (Spec(steps=2, road="pipeline", zero=1), None),
 }
 
 
@@ -53,18 +60,36 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list
     first = {name: result["lrs"][0] if result["lrs"] else None
              for name, result in zip([*UNPATCHED, *ARMED], [*unpatched.data["results"], *armed.data["results"]])}
     truth = {name: first[origin or name] for name, (_, origin) in ARMED.items()}
-    truth["unpatched"] = first["unpatched"]
+    truth["unpatched"], truth["own-step"] = first["unpatched"], first["own-step"]
+    truth["own-step-zero2"] = first["own-step-zero2"]  # the optimizer's state is in ZeRO's optim_states file
     # a rerun from scratch, unpatched, into the patched run's folder: new model states, the old record stays
     shutil.copytree(root / "patched", root / "rerun")
     for file in (root / "unpatched" / "ckpt").iterdir():
         shutil.copy(file, root / "rerun" / "ckpt" / file.name)
     truth["rerun"] = first["unpatched"]
+    # the same under ZeRO 3, whose model-states file holds no weights: the optimizer's states file tells the runs apart
+    shutil.copytree(root / "zero3", root / "zero3-rerun")
+    for file in (root / "zero3-unpatched" / "ckpt").iterdir():
+        shutil.copy(file, root / "zero3-rerun" / "ckpt" / file.name)
+    truth["zero3-rerun"] = first["zero3-unpatched"]
+    # and with the PipelineEngine, whose mp_rank_00 holds no layer
+    shutil.copytree(root / "pipeline", root / "pipeline-rerun")
+    for file in (root / "pipeline-unpatched" / "ckpt").iterdir():
+        shutil.copy(file, root / "pipeline-rerun" / "ckpt" / file.name)
+    truth["pipeline-rerun"] = first["pipeline-unpatched"]
     # the patched run's record copied beside the unpatched run's files (same release, class and step count)
     shutil.copytree(root / "unpatched", root / "copied-record")
     shutil.copy(root / "patched" / "ckpt" / RECORD, root / "copied-record" / "ckpt" / RECORD)
     truth["copied-record"] = first["unpatched"]
     shutil.copytree(root / "patched", root / "cp-r")  # `cp -r`: new inodes and mtimes, the same bytes
     truth["cp-r"] = first["patched"]
+    # a checkpoint-{step} rerun that stopped earlier (#47 item 2): the patched run's later save is the newest; the
+    # unpatched rerun's earlier save beside it holds the first run's record, bound to other bytes
+    later, earlier = root / "rerun-earlier" / "checkpoint-2" / "global_step3", root / "rerun-earlier" / "checkpoint-1"
+    shutil.copytree(root / "patched" / "ckpt", later)
+    shutil.copytree(root / "unpatched" / "ckpt", earlier / "global_step3")
+    shutil.copy(root / "patched" / "ckpt" / RECORD, earlier / "global_step3" / RECORD)
+    truth["rerun-earlier"] = first["unpatched"]
     return root, truth
 
 
@@ -84,7 +109,9 @@ def _expected_verdict(step0: list[float]) -> str:
 
 @pytest.mark.parametrize("name", ["patched", "patched-inf", "cp-r", "from-step0", "from-step0-fresh-scheduler",
                                   "upgrade", "no-optimizer-states", "resumed-patched", "rerun", "copied-record",
-                                  "unpatched"])
+                                  "unpatched", "own-step", "own-step-zero2", "patched-own-step", "zero3-rerun",
+                                  "pipeline",
+                                  "pipeline-rerun"])
 def test_the_audits_verdict_and_step0_lr_are_the_optimizers_truth(runs, audited, name):
     _, truth = runs
     report = audited[name]
@@ -98,6 +125,23 @@ def test_a_patched_zero_run_records_every_groups_step_0_bound_to_its_rank_0_file
     report = audited[name]
     assert report["verdict"] == "not affected" and report["step0_lrs"] == truth[name], (truth[name], report)
     assert report["record"]["bound_to"]["file"] == Path(report["checkpoint"]).name, report
+
+
+def test_an_optimizer_stepped_outside_engine_step_is_never_no_step_ran(audited):
+    for name in ("own-step", "own-step-zero2", "patched-own-step"):
+        report = audited[name]
+        assert report["global_steps"] == 0 and "no step ran" not in report["why"], report
+        assert any("optimizer's state shows it stepped" in note for note in report["notes"]), report
+    assert audited["patched-own-step"]["record"]["step0"]["how"] == "observed", audited["patched-own-step"]
+
+
+def test_a_rerun_that_stopped_earlier_beside_a_patched_runs_later_save_is_never_not_affected(runs, audited):
+    _, truth = runs
+    report = audited["rerun-earlier"]
+    if truth["rerun-earlier"] == [NEWEST_STEP0]:  # 0.19.8: the rerun ran step 0 as 0.19.8 does
+        assert report["verdict"] == "not affected", report
+    else:  # the rerun's save may be a resume of the patched run or a fresh start: the files cannot tell which
+        assert report["verdict"] == "unknown" and "started afresh unpatched" in report["why"], report
 
 
 def test_a_patched_run_copied_with_cp_r_is_still_proven(audited):

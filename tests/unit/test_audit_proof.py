@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parents[2]))
 import audit_files as files
 from audit_files import audit, one
 
-from accelerate_warmup_patch import record_data, witness
+from accelerate_warmup_patch import marks, record_data, witness
 from accelerate_warmup_patch.cli.audit import find
 from accelerate_warmup_patch.state import STATE
 
@@ -76,6 +77,50 @@ def test_the_binding_is_the_zip_members_crcs_and_sizes_and_holds_across_a_copy(t
     other = record_data.bind(str(tmp_path / "rerun" / "global_step6"))
     assert not record_data.same_binding(bound, other)
     assert "digest" in record_data.binding_problem(bound, other) or "bytes" in record_data.binding_problem(bound, other)
+
+
+def _zero3_save(save_dir: Path, lr: float) -> Path:
+    """A ZeRO-3-like save: the model-states file holds no weights (the same bytes for every run of one model), the
+    optimizer's states file holds the trained partitions (``lr`` stands for what training made of them)."""
+    files.write_run(save_dir, tag="global_step6")  # the same model states whatever the run trained
+    tag = save_dir / "global_step6"
+    (tag / "mp_rank_00_model_states.pt").rename(tag / "zero_pp_rank_0_mp_rank_00_model_states.pt")
+    files.write_torch_zip(tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                          {"optimizer_state_dict": {"lr": lr, "fp32": files.Tensor((16,))}})
+    files.write_torch_zip(tag / "layer_01-model_states.pt", {"weight": files.Tensor((4, 4)), "lr": lr})
+    return tag
+
+
+@pytest.mark.parametrize("differs", ["zero_pp_rank_0_mp_rank_00_optim_states.pt", "layer_01-model_states.pt"])
+def test_a_rerun_whose_model_states_file_is_byte_identical_is_still_not_that_saves_record(
+        tmp_path: Path, differs: str) -> None:
+    # under ZeRO 3 (and the pipeline's mp_rank_00) the file the audit reads is the same bytes for every run: the
+    # binding covers the optimizer's and the layers' files beside it, whose CRC-32s change with the training
+    tag = _zero3_save(tmp_path / "run", 1e-3)
+    write_record(tag, record2(tag, observed([0.0], [0.0])))
+    bound = json.loads((tag / record_data.RECORD_FILE).read_text())["bound_to"]
+    assert bound["others"]["files"] == 2, bound
+    shutil.copytree(tmp_path / "run", tmp_path / "copy")  # a copy holds
+    _, report = one(tmp_path / "copy")
+    assert report["verdict"] == "not affected" and report["record"]["bound"] is True, report
+    (tag / "notes.txt").write_text("a file of the user's own")  # not DeepSpeed's: not bound
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "not affected", report
+    other = _zero3_save(tmp_path / "other", 2e-3)  # the unpatched rerun: other partitions
+    shutil.copy(other / differs, tag / differs)
+    assert record_data.same_binding(bound, record_data.bind(str(tag))) is False
+    _, report = one(tmp_path / "run")
+    assert report["record"] is None and report["verdict"] == "affected", report
+    assert any("the other states files" in note for note in report["notes"]), report["notes"]
+
+
+def test_a_record_of_0_6_0_bound_to_the_model_states_alone_is_still_read(tmp_path: Path) -> None:
+    tag = _zero3_save(tmp_path / "run", 1e-3)
+    record = record2(tag, observed([0.0], [0.0]))
+    del record["bound_to"]["others"]
+    write_record(tag, record)
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "not affected" and report["record"]["bound"] is True, report
 
 
 def test_model_states_in_torchs_legacy_format_cannot_be_bound(tmp_path: Path) -> None:
@@ -217,6 +262,24 @@ def test_an_upgrade_resume_with_the_early_saves_deleted_is_judged_on_the_release
     assert "holds no record" in report["why"]
 
 
+@pytest.mark.parametrize(("first_lrs", "verdict"), [([0.0], "unknown"), ([0.001], "affected")])
+def test_a_chain_with_a_gap_is_unknown_where_an_earlier_bound_record_proves_step_0(
+        tmp_path: Path, first_lrs: list[float], verdict: str) -> None:
+    # patched start (global_step3), unpatched resume (global_step6, no record), patched resume (global_step9): the
+    # newest chain says step 0 ran unrecorded; the first save proves it ran at 0.0, unless global_step6's process
+    # started afresh
+    patched_run(tmp_path / "run", observed(first_lrs, [0.0]), tag="global_step3", global_steps=3)
+    files.write_run(tmp_path / "run", tag="global_step6", global_steps=6)
+    gap = {**unrecorded("0.15.2", 6), "tag": "global_step6", "why": "the save it resumed from (global_step6) holds "
+           "no record: step 0 ran unpatched, or patched by 0.4.0 or older"}
+    patched_run(tmp_path / "run", gap, tag="global_step9", global_steps=9)
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == verdict, report
+    if verdict == "unknown":
+        assert code == 0 and "the chain has a gap" in report["why"] and "global_step3" in report["why"], report
+        assert report["differences"] == [] and report["step0_lr"] is None, report
+
+
 def test_a_chain_that_ends_in_an_unknown_release_is_unknown(tmp_path: Path) -> None:
     patched_run(tmp_path / "run", unrecorded(None), version="0.19.8")
     code, report = one(tmp_path / "run")
@@ -309,6 +372,72 @@ def test_a_load_of_a_save_without_its_own_record_says_step_0_ran_unrecorded(
     assert carried.step0["deepspeed"] == "0.15.2" and carried.step0["global_steps"] == 6
 
 
+def _carried_after_loading(folder: Path, record: dict[str, Any] | str) -> witness.Carried:
+    """What a stand-in engine carries after loading ``folder``, whose record is ``record`` (a dict, or raw text)."""
+    text = record if isinstance(record, str) else json.dumps(record)
+    (folder / record_data.RECORD_FILE).write_text(text)
+    engine = _Engine(6)
+    witness.loaded(engine, str(folder / "mp_rank_00_model_states.pt"), {"ds_version": "0.15.2"})
+    carried = witness.carried(engine)
+    assert carried is not None
+    return carried
+
+
+def test_a_loaded_record_whose_lr_parses_to_inf_cannot_make_the_jobs_later_records_unwritable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 1e999 is a JSON number that parses to inf: carried on, json.dumps(allow_nan=False) of every later record fails
+    monkeypatch.setattr(STATE, "carried", {})
+    monkeypatch.setattr(STATE, "watches", {})
+    folder = patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    text = json.dumps(record2(folder, observed([0.0], [0.0]))).replace('"lrs": [0.0]', '"lrs": [1e999]')
+    carried = _carried_after_loading(folder, text)
+    assert carried.step0["how"] == "unrecorded" and "not one this release reads" in carried.step0["why"], carried
+    marks.write(str(folder), {"step0": carried.step0, "loads": carried.loads})  # the job's next record
+    # a string "inf" is how a record writes it: carried as written
+    carried = _carried_after_loading(folder, record2(folder, observed(["inf"], [0.0])))
+    assert carried.step0["lrs"] == ["inf"]
+    marks.write(str(folder), {"step0": carried.step0, "loads": carried.loads})
+
+
+def test_a_loaded_record_carries_only_the_shape_the_job_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a value nested 900 deep (each check of 0.6.0 passed) made every later record ~6.5 MB; a long string, a huge
+    # int and keys of its own are not carried either
+    monkeypatch.setattr(STATE, "carried", {})
+    monkeypatch.setattr(STATE, "watches", {})
+    folder = patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    deep: Any = []
+    for _ in range(900):
+        deep = [deep]
+    step0 = {**observed([0.0], [0.0]), "extra": deep, "why": "w" * 20_000, "mode": deep}
+    hops = [{"tag": "t", "deepspeed": "0.15.2", "global_steps": 1, "record": 2, "bound": True}] * 20
+    hops[1] = {"tag": deep, "deepspeed": "0.15.2", "global_steps": 10**25, "record": 2, "bound": True, "x": deep}
+    carried = _carried_after_loading(folder, record2(folder, step0, loads=hops))
+    assert carried.step0["how"] == "observed" and carried.step0["lrs"] == [0.0], carried
+    assert set(carried.step0) <= set(record_data.STEP0_KEYS) and carried.step0["mode"] is None
+    assert len(carried.step0["why"]) == 1000
+    assert len(carried.loads) == record_data.MAX_LOADS
+    assert carried.loads[2] == {"tag": None, "deepspeed": "0.15.2", "global_steps": None, "record": 2, "bound": True}
+    written = json.dumps({"step0": carried.step0, "loads": carried.loads})
+    assert len(written) < 4096, len(written)
+
+
+def test_a_records_temporary_file_is_named_as_partial_and_a_stale_one_is_removed(tmp_path: Path) -> None:
+    stale = tmp_path / ".accelerate_warmup_patch.0a1b2c.partial"
+    fresh = tmp_path / ".accelerate_warmup_patch.ff.partial"
+    for left in (stale, fresh):
+        left.write_text("{")  # what a process killed between the write and the rename leaves
+    old = stale.stat().st_mtime - marks.STALE_PARTIAL_S - 60
+    os.utime(stale, (old, old))
+    marks.write(str(tmp_path), {"record": 2})
+    assert not stale.exists() and fresh.exists()  # a younger one may be another job's write in progress
+    assert sorted(p.name for p in tmp_path.iterdir()) == [fresh.name, record_data.RECORD_FILE]
+    assert record_data.PARTIAL.match(fresh.name) and not fresh.name.endswith(".json")
+    files.write_run(tmp_path / "run")
+    (tmp_path / "run" / "global_step6" / fresh.name).write_text("{")
+    _, report = one(tmp_path / "run")
+    assert report["record"] is None and not any("partial" in note for note in report["notes"]), report
+
+
 def test_a_fresh_unpatched_rerun_that_saved_fewer_tags_is_not_cleared_by_an_older_bound_record(tmp_path: Path) -> None:
     # a patched run saved global_step3 and global_step9; an unpatched rerun from scratch saved global_step3 over
     # it (its record is then not that save's) and crashed: latest names global_step3, global_step9 is still there
@@ -358,3 +487,140 @@ def test_a_reset_run_whose_peak_the_patch_fixed_is_not_affected(tmp_path: Path) 
                 lr=0.01)
     code, report = one(tmp_path / "run")
     assert report["verdict"] == "not affected" and code == 0, report
+
+
+# Every save in a folder counts (#47 item 2) -------------------------------------------------------------------
+
+@pytest.mark.parametrize(("version", "verdict"), [("0.15.2", "unknown"), ("0.19.8", "not affected")])
+def test_a_checkpoint_step_rerun_that_stops_earlier_keeps_the_folder_from_not_affected(
+        tmp_path: Path, version: str, verdict: str) -> None:
+    # the HF Trainer's layout: a patched run saved checkpoint-3, -6, -9; an unpatched rerun from scratch saved
+    # checkpoint-3 and -6 over them (the old records stay, bound to other bytes) and stopped: checkpoint-9 is newest
+    for step in (3, 6, 9):
+        patched_run(tmp_path / "out" / f"checkpoint-{step}", observed([0.0], [0.0], deepspeed=version),
+                    tag=f"global_step{step}", global_steps=step, version=version)
+    for step in (3, 6):
+        save = tmp_path / "out" / f"checkpoint-{step}"
+        files.write_run(save, tag=f"global_step{step}", global_steps=step, version=version, lr=2e-3)
+    code, report = one(tmp_path / "out")
+    assert report["verdict"] == verdict, report
+    if verdict == "unknown":
+        assert code == 0 and "global_step3" in report["why"] and "started afresh unpatched" in report["why"], report
+        assert report["step0_lr"] is None
+
+
+def test_saves_that_latest_does_not_name_still_count(tmp_path: Path) -> None:
+    # a patched run saved global_step9 (latest names it); an unpatched rerun with save_latest=False saved
+    # global_step2 and global_step4 beside it: latest is a hint, not the proof
+    patched_run(tmp_path / "run", observed([0.0], [0.0]), tag="global_step9", global_steps=9)
+    for step in (2, 4):
+        files.write_run(tmp_path / "run", tag=f"global_step{step}", global_steps=step, latest=False)
+    assert (tmp_path / "run" / "latest").read_text() == "global_step9"
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "unknown" and code == 0, report
+    assert "global_step2" in report["why"] and "global_step4" in report["why"], report
+
+
+def test_an_older_bound_record_that_observed_harm_makes_the_folder_affected(tmp_path: Path) -> None:
+    # a warn run saved global_step3 (step 0 at the peak, observed); a reset rerun from scratch saved global_step6
+    patched_run(tmp_path / "run", observed([0.001], [0.0], patch_did="warned"), tag="global_step3", global_steps=3,
+                mode="warn")
+    patched_run(tmp_path / "run", observed([0.0], [0.0]), tag="global_step6", global_steps=6)
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "affected" and code == 1, report
+    assert "the record of the save global_step3 says" in report["why"], report
+
+
+def test_a_plain_patched_run_with_many_saves_and_its_copy_are_not_affected(tmp_path: Path) -> None:
+    for step in (0, 3, 6, 9):
+        step0 = observed([0.0], [0.0]) if step else {"how": "no-step-yet", "deepspeed": "0.15.2"}
+        patched_run(tmp_path / "run", step0, tag=f"global_step{step}", global_steps=step)
+    shutil.copytree(tmp_path / "run", tmp_path / "copy")
+    code, reports = audit(tmp_path / "run", tmp_path / "copy")
+    assert [r["verdict"] for r in reports] == ["not affected"] * 2 and code == 0, reports
+
+
+def test_custom_tags_across_an_upgrade_resume_are_weighed_as_one_engine(tmp_path: Path) -> None:
+    # an unpatched run saved epoch1, epoch2 on 0.15.2 and, resumed on 0.19.8, epoch3, epoch4: each tag name is an
+    # engine's line, but the saves hold one model at four step counts: epoch3's step 0 ran on 0.15.2
+    for epoch, version in ((1, "0.15.2"), (2, "0.15.2"), (3, "0.19.8"), (4, "0.19.8")):
+        files.write_run(tmp_path / "run", tag=f"epoch{epoch}", global_steps=3 * epoch, version=version)
+    code, reports = audit(tmp_path / "run")
+    verdicts = {r["engine"]: r["verdict"] for r in reports}
+    assert verdicts == {"epoch1": "affected", "epoch2": "affected", "epoch3": "unknown", "epoch4": "unknown"}, \
+        reports
+    assert "the save epoch1" in reports[2]["why"] and code == 1, reports[2]
+
+
+def test_another_models_tags_in_the_folder_do_not_count_against_an_engine(tmp_path: Path) -> None:
+    other = files.Call(files.Global("collections", "OrderedDict"), ([["head.weight", files.Tensor((2, 2))]],))
+    files.write_run(tmp_path / "run", tag="pytorch_model", global_steps=6, version="0.19.8")
+    files.write_run(tmp_path / "run", tag="critic", global_steps=3, client_state={"module": other})
+    reports = {r["engine"]: r for r in audit(tmp_path / "run")[1]}
+    assert reports["pytorch_model"]["verdict"] == "not affected", reports
+    assert reports["critic"]["verdict"] == "affected", reports
+
+
+# Converted saves (#47 item 5) -----------------------------------------------------------------------------------
+
+def _universal(save_dir: Path, source: str = "global_step6") -> Path:
+    """What ds_to_universal leaves beside a save: <tag>_universal with a copy of its *model_states.pt files (not the
+    record) and the parameters' fragments under zero/, and latest_universal naming it."""
+    universal = save_dir / f"{source}_universal"
+    (universal / "zero" / "0.weight").mkdir(parents=True)
+    for file in (save_dir / source).glob("*model_states.pt"):
+        shutil.copy2(file, universal / file.name)
+    (universal / "zero" / "0.weight" / "fp32.pt").write_bytes(b"fragment")
+    (save_dir / "latest_universal").write_text(universal.name)
+    return universal
+
+
+def test_a_universal_checkpoint_of_a_patched_save_is_judged_from_that_saves_record(tmp_path: Path) -> None:
+    patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    _universal(tmp_path / "run")
+    code, reports = audit(tmp_path / "run")
+    verdicts = {r["engine"]: r["verdict"] for r in reports}
+    assert verdicts == {"global_step*": "not affected", "global_step6_universal": "not affected"}, reports
+    universal = next(r for r in reports if r["engine"] == "global_step6_universal")
+    assert any("a copy of global_step6's" in note for note in universal["notes"]), universal
+    assert code == 0
+
+
+def test_a_universal_checkpoint_whose_model_states_hold_no_weights_is_unknown(tmp_path: Path) -> None:
+    tag = _zero3_save(tmp_path / "run", 1e-3)
+    write_record(tag, record2(tag, observed([0.0], [0.0])))
+    _universal(tmp_path / "run")
+    _, reports = audit(tmp_path / "run")
+    universal = next(r for r in reports if r["engine"] == "global_step6_universal")
+    assert universal["verdict"] == "unknown" and "hold no weights" in universal["why"], universal
+
+
+def test_a_universal_checkpoint_of_another_runs_save_is_not_vouched_for(tmp_path: Path) -> None:
+    patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    files.write_run(tmp_path / "other", lr=2e-3)
+    shutil.copytree(_universal(tmp_path / "other"), tmp_path / "run" / "global_step6_universal")
+    _, reports = audit(tmp_path / "run")
+    universal = next(r for r in reports if r["engine"] == "global_step6_universal")
+    assert universal["verdict"] == "affected", universal
+
+
+@pytest.mark.parametrize(("zero3", "how"), [(False, "observed"), (True, "unbound")])
+def test_a_resume_from_a_universal_checkpoint_carries_the_step_0_of_the_save_it_came_from(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zero3: bool, how: str) -> None:
+    monkeypatch.setattr(STATE, "carried", {})
+    monkeypatch.setattr(STATE, "watches", {})
+    if zero3:
+        tag = _zero3_save(tmp_path / "run", 1e-3)
+        write_record(tag, record2(tag, observed([0.0], [0.0])))
+    else:
+        patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    universal = _universal(tmp_path / "run")
+    engine = _Engine(6)
+    states = next(universal.glob("*model_states.pt"))
+    witness.loaded(engine, str(states), {"ds_version": "0.15.2"})
+    carried = witness.carried(engine)
+    assert carried is not None and carried.step0["how"] == how, carried
+    if zero3:
+        assert "hold no weights" in carried.step0["why"], carried
+    else:
+        assert carried.step0["lrs"] == [0.0]

@@ -121,6 +121,55 @@ def test_a_run_with_no_optimizer_step_says_so(tmp_path: Path) -> None:
     assert report["step0_lr"] is None and report["step0_lrs"] is None
 
 
+def _own_loop(*, iteration: int, stepped: bool) -> dict[str, Any]:
+    """What a script that calls engine.backward() and then steps the optimizer and the scheduler itself leaves:
+    global_steps 0, the scheduler at ``iteration``, the optimizer's state built at its first step (``stepped``)."""
+    state = {0: {"step": files.Tensor(()), "exp_avg": files.Tensor((4, 4))}} if stepped else {}
+    return {"lr_scheduler": {"last_batch_iteration": iteration},
+            "optimizer": {"state": state, "param_groups": [{"lr": 1e-3, "params": [0, 1]}]}}
+
+
+def test_an_optimizer_stepped_outside_engine_step_is_judged_as_a_run_that_stepped(tmp_path: Path) -> None:
+    # global_steps stays 0; the scheduler's state shows 3 steps and the optimizer's state shows it stepped
+    files.write_run(tmp_path / "run", tag="global_step0", global_steps=0,
+                    client_state=_own_loop(iteration=2, stepped=True))
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "affected" and code == 1 and report["step0_lr"] == 0.001, report
+    assert "no step ran" not in report["why"], report
+    assert any("global_steps is 0, but its optimizer's state shows it stepped" in n for n in report["notes"]), report
+
+
+def test_a_scheduler_that_moved_without_an_optimizer_step_in_the_file_is_unknown_not_no_step(tmp_path: Path) -> None:
+    # the optimizer's state is not in this file (ZeRO keeps it elsewhere, or it was not saved): the scheduler moved,
+    # by an optimizer stepped outside engine.step() or by user code stepping it ahead; the file cannot say which
+    files.write_run(tmp_path / "run", tag="global_step0", global_steps=0,
+                    client_state={**_own_loop(iteration=2, stepped=False), "optimizer": None})
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "unknown" and code == 0 and report["step0_lr"] is None, report
+    assert "last_batch_iteration is 2" in report["why"] and "if an optimizer step ran, this run is affected" in \
+        report["why"], report
+    # on a release that starts the warmup as 0.19.8 does, a step or none: either way not affected
+    files.write_run(tmp_path / "fixed", tag="global_step0", global_steps=0, version="0.19.8",
+                    client_state={**_own_loop(iteration=2, stepped=False), "optimizer": None})
+    _, report = one(tmp_path / "fixed")
+    assert report["verdict"] == "not affected" and "no step ran" not in report["why"], report
+
+
+@pytest.mark.parametrize(("moments", "verdict"), [(True, "affected"), (False, "unknown")])
+def test_under_zero_the_optimizers_own_states_file_tells_whether_it_stepped(tmp_path: Path, moments: bool,
+                                                                            verdict: str) -> None:
+    # ZeRO keeps the optimizer's state in zero_pp_rank_0_mp_rank_00_optim_states.pt (optimizer_state_dict): an own
+    # loop's save holds Adam's moments there for the rank's fp32 partition
+    files.write_run(tmp_path / "run", tag="global_step0", global_steps=0,
+                    client_state={**_own_loop(iteration=2, stepped=False), "optimizer": None})
+    state = {"exp_avg": files.Tensor((8,)), "exp_avg_sq": files.Tensor((8,))} if moments else {}
+    files.write_torch_zip(tmp_path / "run" / "global_step0" / "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                          {"optimizer_state_dict": {"base_optimizer_state": [state], "zero_stage": 2},
+                           "ds_version": "0.15.2"})
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == verdict and "no step ran" not in report["why"], report
+
+
 def test_a_run_saved_at_step_0_and_later_is_judged_from_its_first_save_with_steps(tmp_path: Path) -> None:
     files.write_run(tmp_path / "run", tag="global_step0", global_steps=0, version="0.19.8", latest=False)
     files.write_run(tmp_path / "run", tag="global_step6")

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[2]))
 import audit_files as files
 
+from accelerate_warmup_patch import record_data
 from accelerate_warmup_patch.cli.audit import report, stores
 
 fsspec = pytest.importorskip("fsspec", reason="fsspec (nox -s unit installs it)")
@@ -134,3 +135,29 @@ def test_a_url_without_fsspec_is_one_line_naming_what_to_install(tmp_path: Path)
     assert proc.returncode == 2 and proc.stderr == (
         "accelerate-warmup-patch audit: error: s3://bucket/runs: s3:// needs fsspec and the store's package: pip "
         "install fsspec s3fs (the [s3] extra: pip install '<the wheel or the clone>[s3]')\n"), proc.stderr
+
+
+def test_the_binding_of_the_other_states_files_is_checked_by_ranges_on_a_store(memory: Any) -> None:
+    # a ZeRO-3-like save: the record binds the optimizer's states file beside the model states; a big one is read
+    # by its central directory alone
+    root, fs, reads = memory
+    tag = root / "plain" / "global_step6"
+    files.write_torch_zip(tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt", {"fp32": files.Tensor((1 << 20,))})
+    step0 = {"how": "observed", "deepspeed": "0.15.2", "scheduler": "WarmupLR", "mode": "reset", "patch": "0.6.0",
+             "lrs": [0.001], "expected": [0.0], "patch_did": "fixed", "global_steps": 0}
+    record: dict[str, Any] = {
+        "record": 2, "package": "accelerate-warmup-patch", "version": "0.6.0", "mode": "reset", "deepspeed": "0.15.2",
+        "reference": "0.19.8", "global_steps": 6, "bound_to": record_data.bind(str(tag)), "scheduler": None,
+        "first_step": None, "step0": step0, "loads": []}
+    assert record["bound_to"]["others"]["files"] == 1
+    (tag / record_data.RECORD_FILE).write_text(json.dumps(record))
+    fs.put(str(root / "plain"), "/runs/plain2", recursive=True)
+    _, (disk,), _ = audit(str(root / "plain"))
+    _, (stored,), _ = audit("memory://runs/plain2")
+    assert disk["record"]["bound"] is stored["record"]["bound"] is True, (disk, stored)
+    optim = [(start, end) for path, start, end in reads if path.endswith("optim_states.pt")]
+    assert optim and sum(end - start for start, end in optim) < 200 * 1024, optim
+    rerun = files.write_torch_zip(root / "rerun.pt", {"fp32": files.Tensor((1 << 19,))})  # other partitions
+    fs.pipe("/runs/plain2/global_step6/zero_pp_rank_0_mp_rank_00_optim_states.pt", rerun.read_bytes())
+    _, (stored,), _ = audit("memory://runs/plain2")
+    assert stored["record"] is None, stored

@@ -33,6 +33,7 @@ import stat
 import struct
 import zipfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, cast
 
@@ -689,6 +690,33 @@ def load(path: str, known_regular: bool = False, directory: ZipDirectory | None 
         os.close(fd)
 
 
+def zip_directory(path: str, known_regular: bool = False) -> ZipDirectory:
+    """The size and zip members of the file at ``path``, from its central directory alone (``zip`` False where it
+    is not a zip); raises Unreadable (NotRegular for a FIFO, device, ...)."""
+    fd, status = _open_fd(path, known_regular)
+    try:
+        with RangedFile(lambda start, end: _pread(fd, start, end), status.st_size) as file:
+            return zip_directory_of(file)  # type: ignore[arg-type]
+    finally:
+        os.close(fd)
+
+
+def zip_directory_of(file: IO[bytes]) -> ZipDirectory:
+    """``zip_directory`` of a file open as ``file`` (seekable): the central directory under the audit's bound on
+    it, each member as zipfile's infolist() names it; never a member's data."""
+    found = ZipDirectory(size=file.seek(0, io.SEEK_END))
+    try:
+        directory, _ = _directory(file)
+        found.members = [_member_fact(entry, name, extra_field) for entry, name, extra_field in _entries(directory)]
+    except zipfile.BadZipFile:
+        found.members = []
+        return found
+    except (OSError, EOFError, struct.error) as error:
+        raise Unreadable(f"cannot read it: {_why(error)}") from None
+    found.zip = True
+    return found
+
+
 def _pread(fd: int, start: int, end: int) -> bytes:
     """The bytes from ``start`` to ``end`` (fewer at the end of the file), in one call where the system has one."""
     if hasattr(os, "pread"):
@@ -792,6 +820,21 @@ def _data_pkl(file: IO[bytes], members: ZipDirectory | None = None) -> bytes:
     if members is not None:
         members.zip, members.size = True, file.seek(0, io.SEEK_END)
     found: list[tuple[Any, ...]] = []
+    for entry, name, extra_field in _entries(directory):
+        if name.endswith(_MEMBER) and name.count(b"/") == 1:
+            found.append((*entry, name, extra_field))
+        if members is not None:
+            members.members.append(_member_fact(entry, name, extra_field))
+    if not found:
+        raise Unreadable("a zip archive without torch's <name>/data.pkl")
+    if len(found) > 1:  # torch writes one: which of them a loader reads is not ours to guess
+        raise Unreadable(f"a zip archive with {len(found)} <name>/data.pkl members (torch writes one)")
+    return _member(file, found[0], extra)
+
+
+def _entries(directory: bytes) -> Iterator[tuple[tuple[Any, ...], bytes, bytes]]:
+    """Each entry of a central directory: its fixed fields, its name (cut at a NUL, as zipfile does) and its extra
+    field."""
     at = 0
     while at < len(directory):
         if at + _DIRECTORY_ENTRY.size > len(directory):
@@ -802,17 +845,8 @@ def _data_pkl(file: IO[bytes], members: ZipDirectory | None = None) -> bytes:
         name_size, extra_size, comment_size = entry[12], entry[13], entry[14]
         name_at = at + _DIRECTORY_ENTRY.size
         name = directory[name_at:name_at + name_size].split(b"\x00", 1)[0]  # zipfile ends a name at a NUL
-        if name.endswith(_MEMBER) and name.count(b"/") == 1:
-            found.append((*entry, name, directory[name_at + name_size:name_at + name_size + extra_size]))
-        if members is not None:
-            members.members.append(_member_fact(entry, name, directory[name_at + name_size:
-                                                                       name_at + name_size + extra_size]))
+        yield entry, name, directory[name_at + name_size:name_at + name_size + extra_size]
         at = name_at + name_size + extra_size + comment_size
-    if not found:
-        raise Unreadable("a zip archive without torch's <name>/data.pkl")
-    if len(found) > 1:  # torch writes one: which of them a loader reads is not ours to guess
-        raise Unreadable(f"a zip archive with {len(found)} <name>/data.pkl members (torch writes one)")
-    return _member(file, found[0], extra)
 
 
 def _member_fact(entry: tuple[Any, ...], name: bytes, extra_field: bytes) -> tuple[str, int, int]:

@@ -42,6 +42,9 @@ class Run:
     notes: tuple[str, ...] = ()  # what finding it met: a `latest` that is not a regular file, say
     engine: str | None = None  # which engine, where the run's folder holds the saves of several
     store: Store = field(default=LOCAL, compare=False)  # where its files are read, with what the walk listed
+    # the other engines' tags in the same folder: a tag name is not proof of which engine saved it (judge.py weighs
+    # those whose model is this engine's, epoch1..epoch4 across an upgrade say)
+    siblings: tuple[PurePath, ...] = ()
 
     @property
     def tag(self) -> PurePath:
@@ -198,11 +201,14 @@ def _runs(where: Place, folder: PurePath, saves: list[_Save]) -> Iterator[Run]:
             engines.setdefault(None if _STEP_TAG.match(tag.name) else tag.name, []).append((tag, listing))
     notes = tuple(note for save in saves for note in save.notes)
     several = len(engines) > 1
+    every = [item for its in engines.values() for item in its]
     for engine in sorted(engines, key=lambda name: (name is not None, name or "")):
         its = engines[engine]
-        store = where.store({str(tag): listing for tag, listing in its})
+        store = where.store({str(tag): listing for tag, listing in (every if several else its)})
+        own = {tag for tag, _ in its}
+        siblings = tuple(tag for tag, _ in every if tag not in own)
         yield Run(folder, tuple(tag for tag, _ in its), notes,
-                  (engine or STEP_ENGINE) if several else None, store)
+                  (engine or STEP_ENGINE) if several else None, store, siblings)
 
 
 def _in_order(where: Place, save: PurePath, tags: list[tuple[PurePath, Listing]], entries: list[Entry]) -> _Save:

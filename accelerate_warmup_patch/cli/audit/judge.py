@@ -6,6 +6,7 @@ changes from its newest save. The worst wins; "not affected" only from proof."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
@@ -55,7 +56,7 @@ def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dic
     first = newest
     for tag in run.tags[:-1]:  # the earliest save that took an optimizer step (or does not say), else the newest
         save = _read_earlier(tag, read, report, config_root, run.store)
-        if save is not None and (save.global_steps != 0 or save.record is not None):
+        if save is not None and (_steps(save).ran is not False or save.record is not None):
             first = save
             break
     report["step0_checkpoint"], report["step0_deepspeed_version"] = str(first.file), first.version
@@ -70,12 +71,18 @@ def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dic
     opt_params = optimizer.get("params") if isinstance(optimizer, dict) else None
     report["optimizer_lr"] = number(opt_params.get("lr")) if isinstance(opt_params, dict) else None
     report["param_groups"] = first.groups
-    if first.global_steps == 0 and newest.global_steps == 0:
+    counts = [_steps(save) for save in ([first] if first is newest else [first, newest])]
+    report["notes"].extend(count.disagree for count in counts if count.disagree)
+    if all(count.ran is False for count in counts):
         report["record"] = newest.record
         report["verdict"] = NOT_AFFECTED
-        report["why"] = "0 optimizer steps: no step ran, so no lr was used yet (the release that resumes it decides)"
+        report["why"] = ("0 optimizer steps (global_steps, the scheduler's iteration and the optimizer's state agree): "
+                         "no step ran, so no lr was used yet (the release that resumes it decides)")
         return report
     chain = _newest_bound_record(run, read, report, config_root)
+    copy_of = _copied_from(run, newest, report, config_root) if chain is None and newest.record is None else None
+    if copy_of is not None and copy_of.record is not None and copy_of.record.get("bound"):
+        chain = copy_of
     report["record"] = chain.record if chain is not None else first.record
     if chain is None and first.record is None and isinstance(first.global_steps, int) and first.global_steps > 0:
         report["notes"].append(f"step 0 ran before the save {first.tag.name} ({first.global_steps} optimizer "
@@ -87,21 +94,159 @@ def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dic
     if not isinstance(block, dict) or not block.get("type"):
         report["why"] = "no scheduler in the ds_config: " + _scheduler_in_code(first.scheduler_state)
         return report
-    scheduler = block["type"] if isinstance(block["type"], str) else repr(checkpoint_pickle.plain(block["type"]))
-    try:
-        params = checkpoint_pickle.plain(block.get("params") or {})
-    except Unreadable as error:
-        raise Unreadable(f"{first.file.name}: the scheduler's params: {error}") from None
-    params = params if isinstance(params, dict) else {}
+    scheduler, params = _schedule(block, first)
     report["scheduler"], report["params"] = scheduler, params
     report["notes"].extend(config_facts.refused_later(scheduler, params))
+    if copy_of is not None and copy_of.record is not None and not copy_of.record.get("bound"):
+        # a copy of a recorded save whose model states hold no weights: that record is a claim about these files
+        report["verdict"], report["why"] = _from_table(report, scheduler, params, newest.version,
+                                                       copy_of.record.get("why", ""), proof=False)
+        return report
     if chain is not None:
-        _judge_from_chain(report, chain, scheduler, params, newest)
+        earlier = _earlier_proof(run, read, report, config_root, chain)
+        _judge_from_chain(report, chain, scheduler, params, newest, earlier, copy=chain is copy_of)
+        _every_save(run, read, report, config_root, judged=(chain, newest), scheduler=scheduler, params=params)
         return report
     _judge(report, scheduler, params, first.version, newest.version)
     if first.record is not None:
         _apply_claim(report, first.record)
+    unsure = next((count.disagree for count in counts if count.ran is None and count.disagree), None)
+    if unsure is not None and report["verdict"] == AFFECTED:
+        # the scheduler moved and nothing shows an optimizer step: user code may have stepped it ahead of training
+        report["verdict"], report["step0_lrs"], report["step0_lr"] = UNKNOWN, None, None
+        report["why"] = (f"{unsure}; if an optimizer step ran, this run is affected: {report['why']}")
+    _every_save(run, read, report, config_root, judged=(first,), scheduler=scheduler, params=params)
     return report
+
+
+def _schedule(block: dict[str, Any], save: Save) -> tuple[str, dict[str, Any]]:
+    """The scheduler's type and params from a save's ``ds_config["scheduler"]``, as plain data."""
+    scheduler = block["type"] if isinstance(block["type"], str) else repr(checkpoint_pickle.plain(block["type"]))
+    try:
+        params = checkpoint_pickle.plain(block.get("params") or {})
+    except Unreadable as error:
+        raise Unreadable(f"{save.file.name}: the scheduler's params: {error}") from None
+    return scheduler, params if isinstance(params, dict) else {}
+
+
+# Every save in the folder counts ---------------------------------------------------------------------------
+
+_NAMED_SAVES = 3  # the saves a verdict's why names one by one (a run may hold hundreds)
+
+
+def _every_save(run: Run, read: dict[PurePath, Save], report: dict[str, Any], config_root: str | None, *,
+                judged: tuple[Save, ...], scheduler: str, params: dict[str, Any]) -> None:
+    """A run judged ``not affected`` from some of its saves stays so only if no other save that took a step says
+    otherwise (its own, and those of the folder's other tag names that hold the same model: a tag's name does not
+    prove which engine saved it): one whose bound record observed step 0 run at another lr is ``affected``; one no
+    bound record vouches for was written by a process that resumed from a save here or started afresh unpatched, and
+    where such a fresh start on its release would not be ``not affected``, the files cannot tell which
+    (``unknown``). Each save is read once and not kept (a run with many saves costs one bounded read each)."""
+    if report["verdict"] != NOT_AFFECTED:
+        return  # affected is the worst already; unknown cannot be cleared by another save
+    found: list[tuple[str, str]] = []
+    model = read[run.tag].model if run.tag in read else None
+    steps = {save.global_steps for save in judged}
+    for tag in (*run.tags, *run.siblings):
+        if any(tag == save.tag for save in judged):
+            continue
+        try:
+            save = read[tag] if tag in read else read_save(tag, config_root, run.store)
+        except Unreadable as error:
+            if tag in run.tags:
+                found.append((UNKNOWN, f"the save {tag.name} cannot be read ({error}), and every save counts"))
+            continue
+        if tag in run.tags:
+            steps.add(save.global_steps)
+        elif not _same_engine(save, model, steps):
+            continue
+        if _steps(save).ran is False:
+            continue  # no optimizer step before it: no lr was used yet
+        found.append(_vouched(report, save, scheduler, params) if save.record is not None and
+                     save.record.get("bound") else _fresh_start(report, save))
+    worst = [item for item in found if item[0] != NOT_AFFECTED]
+    if worst:
+        verdict = max((verdict for verdict, _ in worst), key=_WORST.__getitem__)
+        report["verdict"] = verdict
+        more = [f"and {len(worst) - _NAMED_SAVES} more saves"] if len(worst) > _NAMED_SAVES else []
+        report["why"] = "; ".join([*(why for _, why in worst[:_NAMED_SAVES]), *more, f"the rest: {report['why']}"])
+        if verdict == UNKNOWN:
+            report["step0_lrs"] = report["step0_lr"] = None
+
+
+def _same_engine(sibling: Save, model: str | None, steps: set[Any]) -> bool:
+    """Whether a save under another tag name is this engine's, from what the files hold: the same model, saved at
+    a step count none of this engine's saves has (accelerate's save_state of two models saves both at one step: two
+    engines; custom tags such as epoch1..epoch4 across an upgrade resume: one engine at several steps)."""
+    if sibling.model is not None and model is not None and sibling.model != model:
+        return False
+    return sibling.global_steps not in steps
+
+
+def _vouched(report: dict[str, Any], save: Save, scheduler: str, params: dict[str, Any]) -> tuple[str, str]:
+    """Step 0 as another save's bound record tells it: an observed harm is proof; any other doubt is ``unknown``
+    (its chain may have a gap that an earlier record closes)."""
+    assert save.record is not None
+    scratch = {**report, "differences": [], "notes": []}
+    verdict, why = _step0_from_origin(scratch, save.record["step0"], scheduler, params, save)
+    if verdict == NOT_AFFECTED:
+        return verdict, why
+    if verdict == AFFECTED and save.record["step0"]["how"] == record_data.OBSERVED:
+        report["differences"].extend(scratch["differences"])
+        return AFFECTED, f"the record of the save {save.tag.name} says: {why}"
+    return UNKNOWN, f"the record of the save {save.tag.name} does not prove step 0: {why}"
+
+
+def _fresh_start(report: dict[str, Any], save: Save) -> tuple[str, str]:
+    """A save no bound record vouches for: its process resumed from another save, or started afresh unpatched
+    (a rerun into the same folder, a save_latest=False run, a job on another release). Only where such a fresh
+    start, judged by the table on its release with its own config, would not be affected does it change nothing."""
+    block = save.config.get("scheduler")
+    if save.config_problem is not None or not isinstance(block, dict) or not block.get("type"):
+        return UNKNOWN, (f"the save {save.tag.name} took optimizer steps, no bound record vouches for it, and its "
+                         "config does not say which scheduler it ran")
+    scheduler, params = _schedule(block, save)
+    optimizer = save.config.get("optimizer")
+    lr = optimizer.get("params", {}).get("lr") if isinstance(optimizer, dict) and \
+        isinstance(optimizer.get("params"), dict) else None
+    scratch = {**report, "optimizer_lr": number(lr), "param_groups": save.groups, "differences": [], "notes": [],
+               "verdict": UNKNOWN, "why": ""}
+    fresh = _judge(scratch, scheduler, params, save.version, save.version, later=False)
+    if fresh["verdict"] == NOT_AFFECTED:
+        return NOT_AFFECTED, ""
+    return UNKNOWN, (f"the save {save.tag.name} (DeepSpeed {save.version}, {save.global_steps} optimizer steps) has "
+                     "no record bound to it: its process resumed from a save this folder proves (then it changes "
+                     "nothing) or started afresh unpatched (then it ran as an unpatched run on that release: "
+                     f"{fresh['verdict']}), and the files cannot tell which")
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """Whether a save's optimizer had stepped, from every source the file holds: ``ran`` True (a source proves a
+    step), False (every source says none), None (they disagree and none proves a step); ``disagree`` says how."""
+
+    ran: bool | None
+    disagree: str | None = None
+
+
+def _steps(save: Save) -> _Steps:
+    """``global_steps`` counts engine.step()'s optimizer steps; the scheduler's ``last_batch_iteration`` (-1 when
+    built) counts its own steps, which engine.step() or user code takes; the optimizer's per-parameter state is
+    built at its first step, however it was called. A script that steps the optimizer and scheduler itself leaves
+    global_steps at 0."""
+    steps, iteration = save.global_steps, save.iteration
+    if steps != 0:
+        return _Steps(True)  # a count, or none in the file (judged as a run that stepped, as before)
+    moved = isinstance(iteration, int) and iteration >= 0
+    if save.optimizer_stepped:
+        where = f", and the scheduler's last_batch_iteration is {iteration}" if moved else ""
+        return _Steps(True, f"{save.tag.name}: global_steps is 0, but its optimizer's state shows it stepped{where}: "
+                            "the optimizer was stepped outside engine.step() (judged as a run that stepped)")
+    if moved:
+        return _Steps(None, f"{save.tag.name}: global_steps is 0, but the scheduler's last_batch_iteration is "
+                            f"{iteration}: the optimizer was stepped outside engine.step(), or user code stepped the "
+                            "scheduler ahead of training, and this file does not show which")
+    return _Steps(False)
 
 
 def _read_earlier(tag: PurePath, read: dict[PurePath, Save], report: dict[str, Any], config_root: str | None,
@@ -129,6 +274,56 @@ def _newest_bound_record(run: Run, read: dict[PurePath, Save], report: dict[str,
     return None
 
 
+def _copied_from(run: Run, newest: Save, report: dict[str, Any], config_root: str | None) -> Save | None:
+    """A save without a record whose model-states file is a byte copy of another tag's in the folder that has a
+    bound record (a universal checkpoint: ds_to_universal copies the model states, not the record; a copied tag
+    folder): that save, its record marked ``bound`` where the file holds the weights (so its bytes tell runs
+    apart), else with ``bound`` False and why (ZeRO 3, the pipeline). None where no tag matches."""
+    recorded = [tag for tag in run.siblings if run.store.exists(tag / RECORD_FILE)]  # from the walk's listing
+    if not recorded:
+        return None
+    try:
+        bound = read_save(run.tag, config_root, run.store, bind=True).binding
+    except Unreadable:
+        return None
+    if bound is None:
+        return None
+    for tag in recorded:
+        try:
+            save = read_save(tag, config_root, run.store)
+        except Unreadable:
+            continue
+        if save.record is None or not save.record.get("bound") or \
+                not record_data.same_model_states(save.record["bound_to"], bound):
+            continue
+        report["notes"].append(f"{newest.tag.name} holds no record; its model-states file is a copy of "
+                               f"{tag.name}'s (a universal checkpoint, or a copied tag folder)")
+        if not record_data.holds_weights(run.store.names(tag), bound["file"]):
+            save.record = {**save.record, "bound": False,
+                           "why": f"{newest.tag.name} holds no record, and the model states it copied from "
+                                  f"{tag.name} hold no weights (ZeRO 3, or the pipeline's layer files): its record "
+                                  "proves nothing about it"}
+        return save
+    return None
+
+
+def _earlier_proof(run: Run, read: dict[PurePath, Save], report: dict[str, Any], config_root: str | None,
+                   chain: Save) -> Save | None:
+    """Where the chain's step 0 ran unrecorded (a save with no bound record between two patched processes), the
+    newest save before it whose bound record observed step 0: it may be where that unrecorded process resumed from."""
+    if chain.record is None or chain.record["step0"]["how"] != record_data.UNRECORDED:
+        return None
+    tags = run.tags[:run.tags.index(chain.tag)] if chain.tag in run.tags else ()
+    for tag in reversed(tags):
+        if tag not in read and not run.store.exists(tag / RECORD_FILE):
+            continue
+        save = _read_earlier(tag, read, report, config_root, run.store)
+        if save is not None and save.record is not None and save.record.get("bound") and \
+                save.record["step0"]["how"] == record_data.OBSERVED:
+            return save
+    return None
+
+
 # The step-0 verdict from a bound record's chain -------------------------------------------------------------
 
 _WORST = {NOT_AFFECTED: 0, UNKNOWN: 1, AFFECTED: 2}
@@ -137,15 +332,18 @@ _STEP0_ONLY = ("start", "get_lr_before_start", "ratio_before_start")
 
 
 def _judge_from_chain(report: dict[str, Any], chain: Save, scheduler: str, params: dict[str, Any],
-                      newest: Save) -> None:
-    """One verdict from every fact: step 0 from the chain of the newest bound record, then the later changes the
-    guard table finds in the newest save when the process that wrote it ran unpatched. The worst of them wins, and
-    ``why`` names each."""
+                      newest: Save, earlier: Save | None = None, *, copy: bool = False) -> None:
+    """One verdict from every fact: step 0 from the chain of the newest bound record (unless a gap in it leaves
+    it open, ``earlier``), then the later changes the guard table finds in the newest save when the process that
+    wrote it ran unpatched. The worst of them wins, and ``why`` names each."""
     record = chain.record
     assert record is not None
     report["step0_checkpoint"] = str(chain.file)  # the save whose record tells step 0
+    differences = len(report["differences"])
     found = [_step0_from_origin(report, record["step0"], scheduler, params, chain)]
-    if chain is not newest and found[0][0] == NOT_AFFECTED:
+    if earlier is not None and found[0][0] == AFFECTED:
+        found[0] = _unless_a_gap(report, scheduler, params, earlier, found[0], differences)
+    if chain is not newest and found[0][0] == NOT_AFFECTED and not copy:  # a copy's process is the chain's own
         found[0] = _unless_started_afresh(report, scheduler, params, chain, newest, found[0])
     if not _patched_process(newest):
         later = _later_changes(report, scheduler, params, newest)
@@ -169,6 +367,24 @@ def _unless_started_afresh(report: dict[str, Any], scheduler: str, params: dict[
                      "bound record: its process resumed from that save (then step 0 is as recorded) or started "
                      f"afresh unpatched (then it ran on DeepSpeed {newest.version} as an unpatched run: "
                      f"{scratch['verdict']}), and the files cannot tell which")
+
+
+def _unless_a_gap(report: dict[str, Any], scheduler: str, params: dict[str, Any], earlier: Save,
+                  harmed: tuple[str, str], differences: int) -> tuple[str, str]:
+    """A chain whose step 0 ran unrecorded, in a folder where an earlier save's bound record observed step 0 run
+    as 0.19.8 runs it: the unrecorded process resumed from that save (then step 0 is as recorded there) or started
+    afresh unpatched (then it is the harm the chain names), and the files cannot tell which."""
+    assert earlier.record is not None
+    scratch = {**report, "differences": [], "notes": []}
+    verdict, proof = _step0_from_origin(scratch, earlier.record["step0"], scheduler, params, earlier)
+    if verdict != NOT_AFFECTED:
+        return harmed
+    del report["differences"][differences:]
+    report["step0_lrs"] = report["step0_lr"] = None
+    return UNKNOWN, (f"the chain has a gap: {harmed[1]}; but the record of an earlier save here, "
+                     f"{earlier.tag.name}, proves {proof}; if the unrecorded process resumed from it, step 0 is as "
+                     "recorded there, if it started afresh unpatched it is the harm above, and the files cannot "
+                     "tell which")
 
 
 def _table_reading(report: dict[str, Any], scheduler: str, params: dict[str, Any], release: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from .stores import LOCAL, Store
 from .verdicts import RECORD_FILE
 
 # the bounds of the small files the audit reads beside a checkpoint
-RECORD_BYTES, CONFIG_BYTES = 64 * 1024, 4 * 1024 * 1024
+RECORD_BYTES, CONFIG_BYTES = record_data.RECORD_BYTES, 4 * 1024 * 1024
 _STEP0 = ("fixed", "warned", "as-release", "earlier-process", "left", "unknown")
 
 
@@ -38,16 +38,25 @@ class Save:
     scheduler_state: Any
     record: dict[str, Any] | None
     notes: list[str]
+    # whether the optimizer's state in this file holds per-parameter state (Adam's moments, a step count), which a
+    # torch optimizer builds at its first step: True, False (none yet), None (not in this file: ZeRO keeps it in
+    # the *_optim_states.pt files)
+    optimizer_stepped: bool | None = None
+    # the model the engine held: a digest of its module's parameter names (None where the file holds none), which
+    # tells one engine's saves from another's whatever their tags are named
+    model: str | None = None
+    binding: dict[str, Any] | None = None  # its model-states file's (record_data.binding), where it was read
 
 
-def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCAL) -> Save:
-    """The facts of one tag folder, read from ``store``; raises Unreadable with the reason."""
+def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCAL, *, bind: bool = False) -> Save:
+    """The facts of one tag folder, read from ``store``; raises Unreadable with the reason. ``bind``: its
+    model-states file's binding is kept (``Save.binding``) even without a record beside it."""
     file = model_states(tag, store)
     if file is None:
         raise Unreadable(f"{tag}: no model-states file (or the folder cannot be listed)")
     try:
         # the zip's members are gathered (a tuple each) only where a record beside the save will be checked
-        directory = checkpoint_pickle.ZipDirectory() if store.exists(tag / RECORD_FILE) else None
+        directory = checkpoint_pickle.ZipDirectory() if bind or store.exists(tag / RECORD_FILE) else None
         data = store.load(file, directory)
     except Unreadable as error:
         raise Unreadable(f"{file.name}: {error}") from None
@@ -64,11 +73,30 @@ def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCA
     binding = record_data.binding(file.name, directory.size, directory.members) \
         if directory is not None and directory.zip else None
     record = _record(tag, notes, store)
+    if record is not None and binding is not None and "others" in record.get("bound_to", {}):
+        binding["others"] = _others(tag, file.name, store)
     if record is not None:
         record = _this_saves(record, binding=binding, version=version, global_steps=global_steps,
                              scheduler=_scheduler_type(config), notes=notes)
+    stepped = _optimizer_stepped(data)
+    if stepped is None and global_steps == 0 and isinstance(iteration, int) and iteration >= 0:
+        stepped = _zero_optimizer_stepped(tag, store)  # only where global_steps and the scheduler disagree
     return Save(tag, file, version, config, problem, global_steps, iteration, _group_count(data), state, record,
-                notes)
+                notes, stepped, _model(data), binding)
+
+
+def _others(tag: PurePath, bound_file: str, store: Store) -> dict[str, Any]:
+    """``bound_to["others"]`` of the tag folder as it is now: each other states file's size and members' digest,
+    read from its central directory alone (record_data's selection and format, the writer's)."""
+    facts: list[tuple[str, int, str | None]] = []
+    for name in record_data.other_states(store.names(tag), bound_file):
+        try:
+            directory = store.directory(tag / name)
+        except Unreadable:
+            facts.append((name, -1, record_data.UNREADABLE))
+            continue
+        facts.append((name, directory.size, record_data.members_digest(directory.members) if directory.zip else None))
+    return record_data.others_binding(facts)
 
 
 def _scheduler_type(config: dict[str, Any]) -> str | None:
@@ -151,18 +179,13 @@ def _record(tag: PurePath, notes: list[str], store: Store) -> dict[str, Any] | N
     if not store.exists(path):
         return None
     try:
-        raw = json.loads(store.read_capped(path, RECORD_BYTES).decode("utf-8"),
-                         parse_int=_bounded_int, parse_constant=_refuse_constant)
+        raw = record_data.parse(store.read_capped(path, RECORD_BYTES))
         record = _valid_record(raw)
     except (Unreadable, ValueError, RecursionError, TypeError, KeyError) as error:
         notes.append(f"{path}: ignored, not a record this audit reads ({error})")
         return None
     record["file"] = str(path)
     return record
-
-
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON (a record writes a non-finite lr as a string)")
 
 
 def _valid_record(raw: Any) -> dict[str, Any]:
@@ -181,25 +204,16 @@ def _valid_record(raw: Any) -> dict[str, Any]:
         record["bound_to"] = _valid_binding(raw.get("bound_to"))
         record["first_step"] = _valid_first_step(raw.get("first_step"))
         record["step0"] = _valid_step0(raw.get("step0"))
-        loads = raw.get("loads")
-        if not isinstance(loads, list) or len(loads) > 64 or not all(isinstance(hop, dict) for hop in loads):
-            raise ValueError("loads is not a list of objects")
-        record["loads"] = [{key: _short(hop.get(key)) for key in ("tag", "deepspeed", "global_steps", "record",
-                                                                   "bound")} for hop in loads]
+        record["loads"] = [{key: hop.get(key) for key in ("tag", "deepspeed", "global_steps", "record", "bound")}
+                           for hop in record_data.written_loads(raw.get("loads"))]
     return record
 
 
 def _count(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value.bit_length() > 63:
+    count = record_data.step_count(value)
+    if count is None:
         raise ValueError(f"{name} is not a step count")
-    return int(value)
-
-
-def _short(value: Any) -> Any:
-    """A plain scalar of a record, strings cut at 200 characters; anything else None."""
-    if isinstance(value, str):
-        return value[:200]
-    return value if value is None or isinstance(value, (bool, int)) else None
+    return count
 
 
 def _lrs(value: Any, name: str, optional: bool = True) -> list[float] | None:
@@ -231,8 +245,15 @@ def _valid_binding(bound_to: Any) -> dict[str, Any]:
         return record_data.unbound(str(bound_to.get("unbound") or "no reason given")[:1000])
     if not isinstance(bound_to.get("file"), str) or not isinstance(bound_to.get("digest"), str):
         raise ValueError("bound_to.file and bound_to.digest must be strings")
-    return {"file": bound_to["file"][:200], "size": _count(bound_to.get("size"), "bound_to.size"),
-            "members": _count(bound_to.get("members"), "bound_to.members"), "digest": bound_to["digest"][:100]}
+    valid = {"file": bound_to["file"][:200], "size": _count(bound_to.get("size"), "bound_to.size"),
+             "members": _count(bound_to.get("members"), "bound_to.members"), "digest": bound_to["digest"][:100]}
+    others = bound_to.get("others")
+    if others is not None:  # absent from 0.6.0's records
+        if not isinstance(others, dict) or not isinstance(others.get("digest"), str):
+            raise ValueError("bound_to.others is not an object with a digest")
+        valid["others"] = {"files": _count(others.get("files"), "bound_to.others.files"),
+                           "digest": others["digest"][:100]}
+    return valid
 
 
 def _valid_first_step(first: Any) -> dict[str, Any] | None:
@@ -247,33 +268,86 @@ def _valid_first_step(first: Any) -> dict[str, Any] | None:
 
 
 def _valid_step0(step0: Any) -> dict[str, Any]:
-    """The run's step 0 as the record tells it (record_data's ``how``s); an observed one must hold its lrs and the
-    release and step count it ran at."""
-    if not isinstance(step0, dict) or step0.get("how") not in record_data.HOWS:
-        raise ValueError(f"step0.how is not one of {', '.join(record_data.HOWS)}")
-    valid = {key: _short(step0.get(key)) for key in ("how", "deepspeed", "scheduler", "mode", "patch", "patch_did",
-                                                      "tag", "claimed", "why")}
-    valid["why"] = str(step0.get("why") or "")[:1000]
-    steps = step0.get("global_steps")
-    valid["global_steps"] = None if steps is None else _count(steps, "step0.global_steps")
-    if valid["how"] == record_data.OBSERVED:
-        if not isinstance(valid["deepspeed"], str) or valid["global_steps"] is None:
-            raise ValueError("an observed step0 must name its deepspeed and global_steps")
-        valid["lrs"] = _lrs(step0.get("lrs"), "step0.lrs", optional=False)
-        valid["expected"] = _lrs(step0.get("expected"), "step0.expected")
-        if not valid["lrs"] or (valid["expected"] is not None and len(valid["expected"]) != len(valid["lrs"])):
-            raise ValueError("step0.lrs must hold one lr per group, and step0.expected as many or be null")
+    """The run's step 0 as the record tells it (record_data's ``how``s), in the shape a record writes it and as the
+    job that resumes from it carries it (record_data.written_step0), every key present and the lrs decoded."""
+    shaped = record_data.written_step0(step0)
+    valid = {key: shaped.get(key) for key in record_data.STEP0_KEYS}
+    valid["why"] = str(valid["why"] or "")
+    for key in ("lrs", "expected"):
+        valid[key] = _lrs(valid[key], f"step0.{key}")
     return valid
+
+
+def _model(data: dict[str, Any]) -> str | None:
+    """A digest of the names of the module's parameters and buffers (the keys of its state_dict), or of
+    ``param_shapes``' names where the module is not in the file; None where neither is."""
+    import hashlib
+
+    names: list[str] = []
+    module = data.get("module")
+    if isinstance(module, dict):
+        names = sorted(str(key) for key in module)
+    shapes = data.get("param_shapes")
+    if not names and isinstance(shapes, list):
+        names = sorted(str(key) for group in shapes if isinstance(group, dict) for key in group)
+    if not names:
+        return None
+    return "sha256:" + hashlib.sha256("\n".join(names).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _optimizer_states(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The torch optimizer state_dicts the file holds: plain, or inside DeepSpeed's fp16 or bf16 wrapper."""
+    optimizer = data.get("optimizer")
+    if not isinstance(optimizer, dict):
+        return []
+    found = (optimizer, optimizer.get("optimizer_state_dict"), optimizer.get("base_optimizer_state"))
+    return [state for state in found if isinstance(state, dict) and isinstance(state.get("param_groups"), list)]
+
+
+def _optimizer_stepped(data: dict[str, Any]) -> bool | None:
+    """Whether the optimizer had stepped when saved, from its own state: a torch optimizer fills ``state`` (one
+    entry per parameter) at its first step; None where the file holds no optimizer state."""
+    states = [state["state"] for state in _optimizer_states(data) if isinstance(state.get("state"), dict)]
+    if not states:
+        return None
+    return any(len(state) > 0 for state in states)
+
+
+# what a torch optimizer keeps per parameter once it has stepped (Adam, AdamW, SGD with momentum, RMSprop, Adagrad,
+# Adadelta): ZeRO's optimizer states file holds it for the rank's fp32 partition
+_PER_PARAMETER = frozenset({"exp_avg", "exp_avg_sq", "momentum_buffer", "square_avg", "sum", "acc_delta"})
+
+
+def _zero_optimizer_stepped(tag: PurePath, store: Store) -> bool | None:
+    """Whether the lowest-ranked ``*optim_states.pt`` of a ZeRO save (its ``optimizer_state_dict``: engine.py's
+    _save_zero_checkpoint @ v0.15.2, v0.19.8) holds per-parameter state, which its optimizer builds at its first
+    step; None where there is no such file or it cannot be read."""
+    try:
+        names = sorted(name for name in store.names(tag) if name.endswith("optim_states.pt"))
+        data = store.load(tag / names[0]) if names else None
+    except (OSError, Unreadable):
+        return None
+    state = data.get("optimizer_state_dict") if isinstance(data, dict) else None
+    return _holds_per_parameter_state(state, 6) if isinstance(state, dict) else None
+
+
+def _holds_per_parameter_state(value: Any, depth: int) -> bool:
+    if depth <= 0:
+        return False
+    if isinstance(value, dict):
+        if _PER_PARAMETER & {key for key in value if isinstance(key, str)}:
+            return True
+        return any(_holds_per_parameter_state(item, depth - 1) for key, item in value.items() if key != "param_groups")
+    if isinstance(value, (list, tuple)):
+        return any(_holds_per_parameter_state(item, depth - 1) for item in value[:10_000])
+    return False
 
 
 def _group_count(data: dict[str, Any]) -> int | None:
     """The optimizer's param groups: its state_dict's (plain, fp16 or bf16 wrapper) or, under ZeRO and bf16,
     ``param_shapes`` (one entry per group); None where the file does not tell."""
-    optimizer = data.get("optimizer")
-    if isinstance(optimizer, dict):
-        for state in (optimizer, optimizer.get("optimizer_state_dict"), optimizer.get("base_optimizer_state")):
-            if isinstance(state, dict) and isinstance(state.get("param_groups"), list):
-                return len(state["param_groups"])
+    for state in _optimizer_states(data):
+        return len(state["param_groups"])
     shapes = data.get("param_shapes")
     if isinstance(shapes, list) and shapes:
         return len(shapes)

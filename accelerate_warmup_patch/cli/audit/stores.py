@@ -51,6 +51,10 @@ class Store(Protocol):
         """The data of the torch checkpoint ``path`` (``checkpoint_pickle``'s reader and bounds); ``directory``,
         where given, gets its zip's members (what a record is bound to)."""
 
+    def directory(self, path: PurePath) -> checkpoint_pickle.ZipDirectory:
+        """The size and zip members of ``path`` from its central directory alone (``checkpoint_pickle``'s bounds);
+        raises Unreadable."""
+
 
 class Place(Protocol):
     """Where a PATH's runs are: its root, a folder's entries, and a run's store."""
@@ -149,6 +153,9 @@ class LocalStore:
 
     def load(self, path: PurePath, directory: checkpoint_pickle.ZipDirectory | None = None) -> Any:
         return checkpoint_pickle.load(str(path), self._regular(path), directory)
+
+    def directory(self, path: PurePath) -> checkpoint_pickle.ZipDirectory:
+        return checkpoint_pickle.zip_directory(str(path), self._regular(path))
 
 
 LOCAL = LocalStore()  # lists what it reads itself: for a save no walk found
@@ -346,3 +353,8 @@ class FsspecStore:
         size = self.size(path)
         with checkpoint_pickle.RangedFile(lambda start, end: self.read_range(path, start, end), size) as file:
             return checkpoint_pickle.load_file(file, directory)  # type: ignore[arg-type]
+
+    def directory(self, path: PurePath) -> checkpoint_pickle.ZipDirectory:
+        size = self.size(path)
+        with checkpoint_pickle.RangedFile(lambda start, end: self.read_range(path, start, end), size) as file:
+            return checkpoint_pickle.zip_directory_of(file)  # type: ignore[arg-type]
