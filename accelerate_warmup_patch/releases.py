@@ -215,7 +215,7 @@ UPSTREAM_CHANGES: tuple[Change, ...] = (
            "reading the old one"),
 )
 # WarmupDecayLR runs WarmupLR.__init__ (super().__init__) and inherits get_lr (lr_schedules.py @ v0.9.0..v0.19.8)
-_INHERITS = MappingProxyType({"WarmupDecayLR": "WarmupLR"})
+INHERITS = MappingProxyType({"WarmupDecayLR": "WarmupLR"})
 # What a subclass does not inherit. WarmupDecayLR passes its own warmup_max_lr, whose default is 0.001 on every
 # release (WarmupDecayLR.__init__'s signature @ v0.9.0, v0.15.2, v0.19.3, v0.19.8), so WarmupLR's default peak
 # (#7360, #8171) never reaches it: 0.19.8 too peaks at 0.001 when none is given.
@@ -446,27 +446,42 @@ def scheduler_classes() -> tuple[str, ...]:
 def missing_backports(scheduler: str, deepspeed_version: str) -> tuple[Change, ...]:
     """The backported changes this release lacks for this class (WarmupDecayLR: WarmupLR's)."""
     parsed = parse(deepspeed_version)
-    owner = _INHERITS.get(scheduler, scheduler)
+    owner = INHERITS.get(scheduler, scheduler)
     own = _NOT_INHERITED.get(scheduler, frozenset())
     return tuple(c for c in UPSTREAM_CHANGES if c.backported and c.scheduler == owner and parsed < parse(c.release)
                  and c.key not in own)
 
 
+def carrier(key: str, scheduler: str) -> str | None:
+    """The class whose code carries change ``key`` upstream for ``scheduler`` (WarmupDecayLR runs WarmupLR's, but
+    not its default peak); None where no change of that key is this class's."""
+    owner = INHERITS.get(scheduler, scheduler)
+    if key in _NOT_INHERITED.get(scheduler, frozenset()):
+        return None
+    return owner if any(c.key == key and c.scheduler == owner for c in UPSTREAM_CHANGES) else None
+
+
 def verdict(scheduler: str, deepspeed_version: str) -> str:
-    """A few words per scheduler class for ``status()`` and ``doctor``."""
+    """A few words per scheduler class for ``status()`` and ``doctor``, from the table."""
+    fact = start_fact(scheduler, deepspeed_version)
+    return verdict_of(scheduler, deepspeed_version, fact.value if fact is not None else None,
+                      missing_backports(scheduler, deepspeed_version))
+
+
+def verdict_of(scheduler: str, deepspeed_version: str, start: Start | None, missing: tuple[Change, ...]) -> str:
+    """``verdict`` from what a class does when built (``start``; None: the build has no such class) and the
+    backported changes it lacks: the table's, or what the probe saw (installed.py)."""
     level = deepspeed_support(deepspeed_version)
     if level is Support.UNSUPPORTED:
         return "unsupported"
-    fact = start_fact(scheduler, deepspeed_version)
-    if fact is None:
+    if start is None:
         return "absent"
-    if level is Support.UNTESTED:
+    if level is Support.UNTESTED and not missing:
         return "untested"
-    if fact.value is not Start.SETS_EVERY_GROUP:
-        return "affected (groups 1+)" if fact.value is Start.SETS_GROUP_0_ONLY else "affected"
+    if start is not Start.SETS_EVERY_GROUP:
+        return "affected (groups 1+)" if start is Start.SETS_GROUP_0_ONLY else "affected"
     if never_affected(scheduler):
         return "not affected"
-    missing = missing_backports(scheduler, deepspeed_version)
     if not missing:
         return "fixed upstream"
     newest_per_key = {c.key: c for c in missing}  # the table is in release order: the last row wins
@@ -492,7 +507,7 @@ def never_affected(scheduler: str) -> bool:
     """True for a class that sets every group's lr when built on every release in the table (OneCycle)."""
     facts = [f for f in SCHEDULER_STARTS if f.subject == scheduler]
     return bool(facts) and all(f.value is Start.SETS_EVERY_GROUP for f in facts) and not any(
-        c.backported and c.scheduler == _INHERITS.get(scheduler, scheduler) for c in UPSTREAM_CHANGES)
+        c.backported and c.scheduler == INHERITS.get(scheduler, scheduler) for c in UPSTREAM_CHANGES)
 
 
 def verdicts(deepspeed_version: str) -> dict[str, str]:

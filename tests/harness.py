@@ -452,12 +452,12 @@ def _patch_loaded() -> bool:
 
 def _inject_fault() -> None:
     """Fault injection: the patch's own knowledge breaks, as a future bug of ours would."""
-    from accelerate_warmup_patch import releases
+    from accelerate_warmup_patch import installed
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("injected fault")
 
-    releases.built_wrong = broken  # type: ignore[assignment]  # asked before any scheduler is changed
+    installed.built_wrong = broken  # type: ignore[assignment]  # asked before any scheduler is changed
 
 
 def golden() -> dict[str, Any]:
