@@ -45,3 +45,14 @@ def test_the_patch_wraps_what_the_table_says_in_every_mode(deepspeed: str) -> No
     patched = json.loads(proc.stdout.strip().splitlines()[-1])
     for mode in ("reset", "step", "warn"):
         assert patched[mode] == labels(deepspeed, mode), mode
+
+
+def test_the_probe_finds_on_the_installed_release_what_the_table_says_it_lacks(deepspeed: str) -> None:
+    """On a release the probe and the table agree (every release of the table: tests/matrix.py checks the same)."""
+    proc = run_child("probed.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["probed"] == seen["table"]
+    assert seen["table"] == sorted(map(list, {(c.scheduler, c.key) for name in ("WarmupLR", "WarmupCosineLR")
+                                              for c in releases.missing_backports(name, deepspeed)}))
+    assert seen["status"]["differs_from_table"] == []

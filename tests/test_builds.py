@@ -1,0 +1,84 @@
+"""Builds that are not releases (issue #46): a release's code labelled as the next one, a release with a fix
+cherry-picked, a vendor's fork. Each is made from the installed release's own code (tests/builds.py); patched,
+every optimizer step runs at 0.19.8's lr (the lr each step really used, from the optimizer), each group's lr
+keeps the type the build keeps, and the patch says what the build does, not what its number says."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import builds
+import fresh_process
+import harness
+import pytest
+from conftest import CHILDREN, installed
+from harness import GOLDEN, Spec
+
+DEEPSPEED = installed("deepspeed")
+pytestmark = pytest.mark.skipif(DEEPSPEED != "0.15.2", reason="the builds are made from DeepSpeed 0.15.2's code")
+
+TWO = [1e-3, 5e-4]
+LINEAR = Spec("WarmupLR-linear", groups=TWO)
+COSINE = Spec("WarmupCosineLR", groups=TWO)
+PEAK = Spec("WarmupLR-default-max", groups=TWO)
+
+
+def run_build(folder: Path, *specs: Spec) -> tuple[harness.Ran, list[list[list[float]]]]:
+    """The specs, in this order, in one fresh process that runs the build in ``folder``; with each run's lrs."""
+    args = [str(CHILDREN / "build_run.py"), str(folder), *(json.dumps(asdict(s)) for s in specs)]
+    ran = harness.Ran(fresh_process.run(args, dict(os.environ), cwd=str(harness.HERE), timeout=900))
+    assert ran.returncode == 0 and ran.data, ran.stderr[-4000:]
+    return ran, [result["lrs"] for result in ran.data["results"]]
+
+
+def newest(spec: Spec) -> list[list[float]]:
+    return GOLDEN["runs"][replace(spec, patch="none", tensor_lr=False).key]  # type: ignore[no-any-return]
+
+
+def patched(spec: Spec) -> Spec:
+    return replace(spec, patch="before")
+
+
+def test_a_build_between_releases_before_their_fix_is_fixed_and_said_to_differ(tmp_path: Path) -> None:
+    """0.15.2's code labelled 0.15.3+<hash>: pip install from git before PR #6597 merged."""
+    build = builds.make(tmp_path, "0.15.3+g7f8e2a1")
+    ran, (unpatched, linear, cosine) = run_build(build, LINEAR, patched(LINEAR), patched(COSINE))
+    assert unpatched[0] == TWO  # the bug the number says is fixed
+    assert linear == newest(LINEAR)
+    assert cosine == newest(COSINE)
+    assert ran.data["status"]["verdicts"]["WarmupLR"] == "affected"
+    assert ran.data["status"]["versions"]["deepspeed"] == "0.15.3+g7f8e2a1"
+    said = " ".join(ran.patch_lines())
+    assert "do not do what the guard table says" in said and "WarmupLR start (#6597): the build lacks it" in said
+
+
+def test_a_cherry_picked_fix_is_not_applied_twice_and_the_rest_is_backported(tmp_path: Path) -> None:
+    """0.15.2 with WarmupLR's start fix of 0.15.3 applied, labelled 0.15.2+local."""
+    build = builds.make(tmp_path, "0.15.2+local", builds.warmup_start_fix)
+    ran, (unpatched, linear, peak) = run_build(build, LINEAR, patched(LINEAR), patched(PEAK))
+    assert unpatched == newest(LINEAR)  # the build's own fix
+    assert linear == newest(LINEAR)
+    assert peak == newest(PEAK)  # the default peak it still lacks
+    status = ran.data["status"]
+    assert status["verdicts"]["WarmupLR"].startswith("fixed upstream; the patch backports default peak")
+    assert "deepspeed.runtime.lr_schedules.WarmupLR.get_lr" not in status["patched"]
+    assert "deepspeed.runtime.lr_schedules.WarmupLR.__init__" in status["patched"]
+    assert "WarmupLR start (#6597): the build has it" in " ".join(ran.patch_lines())
+
+
+def test_a_vendor_build_whose_step_keeps_tensor_lrs_keeps_them_patched(tmp_path: Path) -> None:
+    """0.15.2's code with WarmupLR.step writing a tensor lr where the group holds one, labelled as Intel Gaudi's
+    fork of 0.14.4: patched, every step at 0.19.8's lr and every group's lr still a float32 tensor."""
+    build = builds.make(tmp_path, "0.14.4+hpu.synapse.v1.19.0", builds.tensor_step)
+    tensors = replace(LINEAR, tensor_lr=True)
+    ran, _ = run_build(build, tensors, patched(tensors))
+    unpatched, fixed = ran.data["results"]
+    assert all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(unpatched["lrs"][0], TWO))  # the bug, in tensors
+    for types in (unpatched["lr_types"], fixed["lr_types"]):
+        assert types == [["tensor torch.float32"] * 2] * len(newest(LINEAR)), types
+    for row, expected in zip(fixed["lrs"], newest(LINEAR), strict=True):
+        assert all(math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12) for a, b in zip(row, expected)), (row, expected)
