@@ -20,13 +20,12 @@ the way the running release writes it (``schedules.write``), every change goes t
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from . import failures, installed, log, marks, releases, schedules, wrapping
+from . import failures, installed, log, marks, newest, releases, schedules, wrapping
 from .settings import ENV_MODE, Mode
 from .state import STATE
 
@@ -39,23 +38,9 @@ class Construction:
     max_lr_given: bool
 
 
-# The newest release's formulas (lr_schedules.py @ v0.19.8) ----------------------------------------
-
-def lr_before_start(scheduler: Any, name: str) -> list[Any]:
-    """get_lr() before the first step: min_lrs (PR #6597), WarmupCosineLR 0.0 per group (#7969)."""
-    if name == "WarmupCosineLR":
-        return [0.0 for _ in scheduler.org_lrs]
-    return scheduler.min_lrs  # type: ignore[no-any-return]  # the list itself, as the newest returns it
-
-
-def cosine_ratio(scheduler: Any) -> float:
-    """WarmupCosineLR.get_lr_ratio() past the warmup, as 0.19.3 and later compute it (PR #8142)."""
-    real_last_step = scheduler.last_batch_iteration - scheduler.warmup_num_steps + 1
-    real_total_steps = max(1, scheduler.total_num_steps - scheduler.warmup_num_steps)
-    cosine_progress = min(1.0, real_last_step / real_total_steps)
-    ratio_delta = 1. - scheduler.cos_min_ratio
-    ratio = (1 + math.cos(math.pi * cosine_progress)) / 2
-    return max(0.0, float(scheduler.cos_min_ratio + ratio_delta * ratio))
+# The newest release's formulas (lr_schedules.py @ v0.19.8): newest.py, below every module that compares with them
+lr_before_start = newest.lr_before_start  # get_lr() before the first step (PR #6597, #7969)
+cosine_ratio = newest.cosine_ratio  # WarmupCosineLR.get_lr_ratio() past the warmup (PR #8142)
 
 
 def newest_max_lrs(scheduler: Any, construction: Construction) -> list[Any] | None:
@@ -68,10 +53,10 @@ def newest_max_lrs(scheduler: Any, construction: Construction) -> list[Any] | No
         return None
     if construction.group_lrs is None:
         raise LookupError("the groups' lrs at construction are unknown")
-    newest = list(construction.group_lrs)
-    if [schedules.lr_value(v) for v in scheduler.max_lrs] == [schedules.lr_value(v) for v in newest]:
+    own = list(construction.group_lrs)
+    if [schedules.lr_value(v) for v in scheduler.max_lrs] == [schedules.lr_value(v) for v in own]:
         return None
-    return newest
+    return own
 
 
 # The newest constructor's behaviour, after this release's ----------------------------------------

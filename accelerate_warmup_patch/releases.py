@@ -103,6 +103,41 @@ def parse(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in match.group(1).split("."))
 
 
+def is_release(version: str) -> bool:
+    """True for a release's number as published (``0.15.2``); False with a local part (``+abc``, ``+hpu…``) or a
+    dev, pre or post suffix: such a build is not the release it names (pip install from git, a cherry-pick, a
+    vendor's fork), and its code may differ from that release's."""
+    return re.fullmatch(r"\s*v?\d+(?:\.\d+)*\s*", version) is not None
+
+
+@dataclass(frozen=True)
+class VendorBuild:
+    """A vendor's build of DeepSpeed whose code is known: the upstream release it carries, and what differs."""
+
+    name: str
+    pattern: str  # a regular expression its __version__ matches in full
+    carries: str  # the upstream release whose lr_schedules.py it runs
+    differences: str
+    source: str
+
+    def matches(self, version: str) -> bool:
+        return re.fullmatch(self.pattern, version.strip()) is not None
+
+
+VENDOR_BUILDS: tuple[VendorBuild, ...] = (
+    VendorBuild("Intel Gaudi's DeepSpeed (software 1.18, 1.19)", r"0\.14\.4\+hpu\.synapse\.v1\.(18|19)\.\d+",
+                "0.14.4", "WarmupLR.step writes a tensor lr where the group holds one (the same values; a step keeps "
+                "a tensor a tensor, as 0.18.1's update_lr does)",
+                "issue #46: real builds of the Gaudi 1.19 tree on CPU, compared with upstream 0.14.4 (not read "
+                "here: the probe decides a running process by what the build does)"),
+)
+
+
+def vendor_build(version: str) -> VendorBuild | None:
+    """The vendor build ``version`` names, where the table knows its code; None elsewhere."""
+    return next((build for build in VENDOR_BUILDS if build.matches(version)), None)
+
+
 # DeepSpeed -------------------------------------------------------------------------------
 
 DEEPSPEED_FLOOR = "0.9.0"  # the oldest release whose lr_schedules.py this table was read from

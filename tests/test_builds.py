@@ -10,13 +10,16 @@ import math
 import os
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import builds
 import fresh_process
 import harness
 import pytest
-from conftest import CHILDREN, installed
+from conftest import CHILDREN, bare_audit, installed
 from harness import GOLDEN, Spec
+
+from accelerate_warmup_patch.marks import FILE_NAME as RECORD
 
 DEEPSPEED = installed("deepspeed")
 pytestmark = pytest.mark.skipif(DEEPSPEED != "0.15.2", reason="the builds are made from DeepSpeed 0.15.2's code")
@@ -43,10 +46,20 @@ def patched(spec: Spec) -> Spec:
     return replace(spec, patch="before")
 
 
+def audit(tmp_path: Path, *folders: Path) -> list[dict[str, Any]]:
+    proc = bare_audit(tmp_path / "bare")("-m", "accelerate_warmup_patch", "audit", "--json", *map(str, folders))
+    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+
 def test_a_build_between_releases_before_their_fix_is_fixed_and_said_to_differ(tmp_path: Path) -> None:
-    """0.15.2's code labelled 0.15.3+<hash>: pip install from git before PR #6597 merged."""
-    build = builds.make(tmp_path, "0.15.3+g7f8e2a1")
-    ran, (unpatched, linear, cosine) = run_build(build, LINEAR, patched(LINEAR), patched(COSINE))
+    """0.15.2's code labelled 0.15.3+<hash>: pip install from git before PR #6597 merged. Its record and audit
+    are truthful: the patched run not affected from the observed step 0 against 0.19.8's formula, the unpatched
+    one unknown (its number says 0.15.3, which starts right; its code does not)."""
+    build = builds.make(tmp_path / "build", "0.15.3+g7f8e2a1")
+    saves = {name: tmp_path / name for name in ("unpatched", "patched")}
+    ran, (unpatched, linear, cosine) = run_build(build, replace(LINEAR, save_to=str(saves["unpatched"])),
+                                                 replace(patched(LINEAR), save_to=str(saves["patched"])),
+                                                 patched(COSINE))
     assert unpatched[0] == TWO  # the bug the number says is fixed
     assert linear == newest(LINEAR)
     assert cosine == newest(COSINE)
@@ -54,6 +67,12 @@ def test_a_build_between_releases_before_their_fix_is_fixed_and_said_to_differ(t
     assert ran.data["status"]["versions"]["deepspeed"] == "0.15.3+g7f8e2a1"
     said = " ".join(ran.patch_lines())
     assert "do not do what the guard table says" in said and "WarmupLR start (#6597): the build lacks it" in said
+    record = json.loads((saves["patched"] / "ckpt" / RECORD).read_text())
+    assert record["step0"]["expected"] == newest(LINEAR)[0] == record["step0"]["lrs"]
+    assert record["step0"]["patch_did"] == "fixed"
+    before, after = audit(tmp_path, saves["unpatched"], saves["patched"])
+    assert before["verdict"] == "unknown" and "is a build, not the release 0.15.3" in before["why"], before
+    assert after["verdict"] == "not affected" and after["step0_lrs"] == newest(LINEAR)[0], after
 
 
 def test_a_cherry_picked_fix_is_not_applied_twice_and_the_rest_is_backported(tmp_path: Path) -> None:
