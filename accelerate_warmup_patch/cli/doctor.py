@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import releases, settings
-from . import child, config_facts, doctor_config
+from . import child, config_facts, doctor_config, probe_build
 
 PTH = "accelerate_warmup_patch.pth"
 SCHEMA = 3  # doctor --json's layout (docs/doctor.md); a change that removes or renames a key bumps it
@@ -365,10 +365,33 @@ def report(config_args: dict[str, Any] | None = None, python_flags: list[str] | 
         notes.append(f"DeepSpeed {deepspeed} is newer than the table: `nox -s new_release -- {deepspeed}` in a clone "
                      "checks it")
     verdicts = releases.verdicts(deepspeed) if deepspeed else {}
+    probed = _probed_build(deepspeed, notes)
+    if probed is not None and "verdicts" in probed:
+        verdicts = probed["verdicts"]
     return {"schema": SCHEMA, "state": state, "verdict": line, "strict_fails": STATES[state] or bool(problems),
-            "versions": versions, "verdicts": verdicts, "activation": active,
+            "versions": versions, "verdicts": verdicts, "probed": probed, "activation": active,
             "multinode": multinode(deepspeed, active), "config": section, "problems": problems, "notes": notes,
             "package": releases.installed("accelerate-warmup-patch"), "python": sys.version.split()[0]}
+
+
+def _probed_build(deepspeed: str | None, notes: list[str]) -> dict[str, Any] | None:
+    """On a build that is not a release: what its scheduler classes do (probe_build.py), with a note on it; None on a
+    release, whose number the table answers for."""
+    if deepspeed is None or releases.is_release(deepspeed):
+        return None
+    number = ".".join(map(str, releases.parse(deepspeed)))
+    probed = probe_build.probe(deepspeed)
+    if "error" in probed:
+        notes.append(f"DeepSpeed {deepspeed} is a build, not the release {number}, and probing its scheduler classes "
+                     f"failed ({probed['error']}): the verdicts are the table's for {number}")
+        return probed
+    differs = "; ".join(probed["differs_from_table"]) or "nothing"
+    notes.append(f"DeepSpeed {deepspeed} is a build, not the release {number}"
+                 + (f" ({probed['vendor']})" if probed["vendor"] else "")
+                 + f": probed, its scheduler classes lack {', '.join(probed['lacks']) or 'no backported change'}; "
+                 f"where they differ from what the table says of {number}: {differs}. A patched process acts on "
+                 "what they do; the verdicts below are the probe's")
+    return probed
 
 
 def main(as_json: bool = False, strict: bool = False, verbose: bool = False,
