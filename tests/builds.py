@@ -1,13 +1,14 @@
 """DeepSpeed builds that are not releases, made in a test from the installed release's own code.
 
-A build is a folder holding the two files that differ from the installed release: its
-``deepspeed/runtime/lr_schedules.py`` (the installed one, edited as the build's code differs) and its
-``deepspeed/git_version_info_installed.py`` (the installed one, with the build's version string). A child
-interpreter loads those two modules from the folder and every other one from the installed package
-(``use``): the engine, its comm op and everything else are the installed release's, as they are in the build.
-Why not a copy of the package: DeepSpeed JIT-compiles its CPU comm op from sources found beside its own files
-(``OpBuilder.deepspeed_src_path``: ``Path(__file__).parent.parent``), and torch's extension loader keys a
-build on those paths, so every copy in a new folder would compile it again (1-2 min each).
+A build is a folder holding what differs from the installed release: its ``deepspeed/runtime/lr_schedules.py``
+(the installed one, edited as the build's code differs), its ``deepspeed/git_version_info_installed.py`` (the
+installed one, with the build's version string) and a ``deepspeed-<version>.dist-info``. With the folder first on
+``PYTHONPATH`` (``env``), an interpreter runs the build: its ``sitecustomize.py`` (tests/build_site.py) loads those
+two modules from the folder and every other one from the installed package, so the engine, its comm op and the
+rest are the installed release's, as they are in the build. Why not a copy of the whole package: DeepSpeed
+JIT-compiles its CPU comm op from sources found beside its own files (``OpBuilder.deepspeed_src_path``:
+``Path(__file__).parent.parent``, 0.15.2's op_builder/builder.py), and torch's extension loader keys a build on
+those paths, so every copy in a new folder would compile it again (1-2 min each).
 
 The edits are written from the upstream changes' descriptions (releases.UPSTREAM_CHANGES, issue #46): no
 upstream code is copied into the project; each edit asserts that it found what it changes.
@@ -15,18 +16,14 @@ upstream code is copied into the project; each edit asserts that it found what i
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import re
-import sys
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import ModuleType
 
 SCHEDULES = ("deepspeed", "runtime", "lr_schedules.py")
 VERSION = ("deepspeed", "git_version_info_installed.py")
-_MODULES = {"deepspeed.runtime.lr_schedules": SCHEDULES, "deepspeed.git_version_info_installed": VERSION}
 
 
 def _installed(parts: Sequence[str]) -> Path:
@@ -45,7 +42,16 @@ def make(folder: Path, version: str, *edits: Callable[[str], str]) -> Path:
     label = re.sub(r"(?m)^version\s*=.*$", f"version={version!r}", _installed(VERSION).read_text())
     assert f"version={version!r}" in label, "the installed git_version_info_installed.py has no version line"
     folder.joinpath(*VERSION).write_text(label)
+    metadata = folder / f"deepspeed-{version}.dist-info"
+    metadata.mkdir()
+    (metadata / "METADATA").write_text(f"Metadata-Version: 2.1\nName: deepspeed\nVersion: {version}\n")
+    shutil.copy(Path(__file__).parent / "build_site.py", folder / "sitecustomize.py")
     return folder
+
+
+def env(folder: Path) -> dict[str, str]:
+    """The environment of an interpreter that runs the build in ``folder``."""
+    return {"PYTHONPATH": str(folder)}
 
 
 def _class(source: str, name: str) -> tuple[int, int]:
@@ -85,21 +91,3 @@ def tensor_step(source: str) -> str:
                      "                lr = torch.tensor(lr, dtype=param_group['lr'].dtype, "
                      "device=param_group['lr'].device)\n"
                      "            param_group['lr'] = lr\n")
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Loads the build's two modules from its folder; every other module is found as usual."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-
-    def find_spec(self, name: str, path: object = None, target: ModuleType | None = None) -> \
-            importlib.machinery.ModuleSpec | None:
-        parts = _MODULES.get(name)
-        return importlib.util.spec_from_file_location(name, self.folder.joinpath(*parts)) if parts else None
-
-
-def use(folder: Path) -> None:
-    """In a child interpreter, before deepspeed is imported: run the build in ``folder``."""
-    assert "deepspeed" not in sys.modules, "the build must be in place before deepspeed is imported"
-    sys.meta_path.insert(0, _Finder(folder))

@@ -8,15 +8,16 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, replace
+import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import builds
-import fresh_process
 import harness
 import pytest
-from conftest import CHILDREN, bare_audit, installed
+from conftest import bare_audit, installed
 from harness import GOLDEN, Spec
 
 from accelerate_warmup_patch.marks import FILE_NAME as RECORD
@@ -31,10 +32,8 @@ PEAK = Spec("WarmupLR-default-max", groups=TWO)
 
 
 def run_build(folder: Path, *specs: Spec) -> tuple[harness.Ran, list[list[list[float]]]]:
-    """The specs, in this order, in one fresh process that runs the build in ``folder``; with each run's lrs."""
-    args = [str(CHILDREN / "build_run.py"), str(folder), *(json.dumps(asdict(s)) for s in specs)]
-    ran = harness.Ran(fresh_process.run(args, dict(os.environ), cwd=str(harness.HERE), timeout=900))
-    assert ran.returncode == 0 and ran.data, ran.stderr[-4000:]
+    """The specs, in this order, in one new interpreter that runs the build in ``folder``; with each run's lrs."""
+    ran = harness.run_specs(*specs, env=builds.env(folder))
     return ran, [result["lrs"] for result in ran.data["results"]]
 
 
@@ -44,6 +43,14 @@ def newest(spec: Spec) -> list[list[float]]:
 
 def patched(spec: Spec) -> Spec:
     return replace(spec, patch="before")
+
+
+def doctor(build: Path, folder: Path) -> dict[str, Any]:
+    """``doctor --json`` in an environment whose installed DeepSpeed is the build."""
+    proc = subprocess.run([sys.executable, "-m", "accelerate_warmup_patch", "doctor", "--json"], capture_output=True,
+                          text=True, timeout=600, cwd=folder, env={**os.environ, **builds.env(build)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)  # type: ignore[no-any-return]
 
 
 def audit(tmp_path: Path, *folders: Path) -> list[dict[str, Any]]:
@@ -73,11 +80,15 @@ def test_a_build_between_releases_before_their_fix_is_fixed_and_said_to_differ(t
     before, after = audit(tmp_path, saves["unpatched"], saves["patched"])
     assert before["verdict"] == "unknown" and "is a build, not the release 0.15.3" in before["why"], before
     assert after["verdict"] == "not affected" and after["step0_lrs"] == newest(LINEAR)[0], after
+    found = doctor(build, tmp_path)
+    assert found["versions"]["deepspeed"] == "0.15.3+g7f8e2a1" and found["state"] == "affected-not-active", found
+    assert "WarmupLR start" in found["probed"]["lacks"] and found["verdicts"]["WarmupLR"] == "affected"
+    assert any("is a build, not the release 0.15.3" in note for note in found["notes"]), found["notes"]
 
 
 def test_a_cherry_picked_fix_is_not_applied_twice_and_the_rest_is_backported(tmp_path: Path) -> None:
     """0.15.2 with WarmupLR's start fix of 0.15.3 applied, labelled 0.15.2+local."""
-    build = builds.make(tmp_path, "0.15.2+local", builds.warmup_start_fix)
+    build = builds.make(tmp_path / "build", "0.15.2+local", builds.warmup_start_fix)
     ran, (unpatched, linear, peak) = run_build(build, LINEAR, patched(LINEAR), patched(PEAK))
     assert unpatched == newest(LINEAR)  # the build's own fix
     assert linear == newest(LINEAR)
@@ -87,12 +98,15 @@ def test_a_cherry_picked_fix_is_not_applied_twice_and_the_rest_is_backported(tmp
     assert "deepspeed.runtime.lr_schedules.WarmupLR.get_lr" not in status["patched"]
     assert "deepspeed.runtime.lr_schedules.WarmupLR.__init__" in status["patched"]
     assert "WarmupLR start (#6597): the build has it" in " ".join(ran.patch_lines())
+    found = doctor(build, tmp_path)
+    assert "AFFECTED (WarmupCosineLR)" in found["verdict"], found  # the cherry-pick fixed WarmupLR alone
+    assert found["verdicts"]["WarmupLR"] == status["verdicts"]["WarmupLR"]
 
 
 def test_a_vendor_build_whose_step_keeps_tensor_lrs_keeps_them_patched(tmp_path: Path) -> None:
     """0.15.2's code with WarmupLR.step writing a tensor lr where the group holds one, labelled as Intel Gaudi's
     fork of 0.14.4: patched, every step at 0.19.8's lr and every group's lr still a float32 tensor."""
-    build = builds.make(tmp_path, "0.14.4+hpu.synapse.v1.19.0", builds.tensor_step)
+    build = builds.make(tmp_path / "build", "0.14.4+hpu.synapse.v1.19.0", builds.tensor_step)
     tensors = replace(LINEAR, tensor_lr=True)
     ran, _ = run_build(build, tensors, patched(tensors))
     unpatched, fixed = ran.data["results"]
