@@ -55,8 +55,14 @@ def run(module: ModuleType, version: str) -> installed.Probed:
 
 
 def _optimizer(torch: Any, lrs: tuple[float, ...] = GROUP_LRS) -> Any:
-    groups = [{"params": [torch.zeros(1, requires_grad=True)], "lr": lr} for lr in lrs]
-    return torch.optim.SGD(groups, lr=lrs[0])
+    """A torch optimizer (the schedulers accept nothing else: get_torch_optimizer) that only holds its groups. Its
+    class's constructor is not run: torch's imports torch._dynamo at its first call (2.2 s with torch 2.13 where
+    nothing imported it yet, as on DeepSpeed 0.19.8), and the schedulers read and write nothing but param_groups."""
+    kind: Any = type("ProbeScratchOptimizer", (torch.optim.Optimizer,), {})
+    scratch = kind.__new__(kind)
+    scratch.param_groups = [{"params": [], "lr": lr} for lr in lrs]
+    scratch.defaults, scratch.state = {"lr": lrs[0]}, {}
+    return scratch
 
 
 def _same(values: list[Any], expected: list[Any]) -> bool:

@@ -125,7 +125,7 @@ class VendorBuild:
 
 
 VENDOR_BUILDS: tuple[VendorBuild, ...] = (
-    VendorBuild("Intel Gaudi's DeepSpeed (software 1.18, 1.19)", r"0\.14\.4\+hpu\.synapse\.v1\.(18|19)\.\d+",
+    VendorBuild("Intel Gaudi's DeepSpeed (software 1.18, 1.19)", r"0\.14\.4\+hpu\.synapse\.v1\.1[89]\.\d+",
                 "0.14.4", "WarmupLR.step writes a tensor lr where the group holds one (the same values; a step keeps "
                 "a tensor a tensor, as 0.18.1's update_lr does)",
                 "issue #46: real builds of the Gaudi 1.19 tree on CPU, compared with upstream 0.14.4 (not read "
