@@ -45,12 +45,16 @@ def patched(spec: Spec) -> Spec:
     return replace(spec, patch="before")
 
 
-def doctor(build: Path, folder: Path) -> dict[str, Any]:
-    """``doctor --json`` in an environment whose installed DeepSpeed is the build."""
-    proc = subprocess.run([sys.executable, "-m", "accelerate_warmup_patch", "doctor", "--json"], capture_output=True,
+def command(build: Path, folder: Path, *args: str) -> str:
+    """``python -m accelerate_warmup_patch ARGS`` in an environment whose installed DeepSpeed is the build."""
+    proc = subprocess.run([sys.executable, "-m", "accelerate_warmup_patch", *args], capture_output=True,
                           text=True, timeout=600, cwd=folder, env={**os.environ, **builds.env(build)})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+    return proc.stdout
+
+
+def doctor(build: Path, folder: Path) -> dict[str, Any]:
+    return json.loads(command(build, folder, "doctor", "--json"))  # type: ignore[no-any-return]
 
 
 def audit(tmp_path: Path, *folders: Path) -> list[dict[str, Any]]:
@@ -84,6 +88,7 @@ def test_a_build_between_releases_before_their_fix_is_fixed_and_said_to_differ(t
     assert found["versions"]["deepspeed"] == "0.15.3+g7f8e2a1" and found["state"] == "affected-not-active", found
     assert "WarmupLR start" in found["probed"]["lacks"] and found["verdicts"]["WarmupLR"] == "affected"
     assert any("is a build, not the release 0.15.3" in note for note in found["notes"]), found["notes"]
+    assert "DeepSpeed 0.15.3+g7f8e2a1 is a build, not the release 0.15.3" in command(build, tmp_path, "status")
 
 
 def test_a_cherry_picked_fix_is_not_applied_twice_and_the_rest_is_backported(tmp_path: Path) -> None:

@@ -380,10 +380,13 @@ def report(config_args: dict[str, Any] | None = None, python_flags: list[str] | 
     verdicts = releases.verdicts(deepspeed) if deepspeed else {}
     if probed is not None and "verdicts" in probed:
         verdicts = probed["verdicts"]
-    return {"schema": SCHEMA, "state": state, "verdict": line, "strict_fails": STATES[state] or bool(problems),
-            "versions": versions, "verdicts": verdicts, "probed": probed, "activation": active,
+    data = {"schema": SCHEMA, "state": state, "verdict": line, "strict_fails": STATES[state] or bool(problems),
+            "versions": versions, "verdicts": verdicts, "activation": active,
             "multinode": multinode(deepspeed, active), "config": section, "problems": problems, "notes": notes,
             "package": releases.installed("accelerate-warmup-patch"), "python": sys.version.split()[0]}
+    if probed is not None:  # a build, not a release: a key added within schema 3
+        data["probed"] = probed
+    return data
 
 
 def _probed_build(deepspeed: str | None, notes: list[str]) -> dict[str, Any] | None:
