@@ -4,9 +4,9 @@
 its submodules itself (deepspeed/__init__.py has imported them by then, and only then is
 deepspeed.__version__, which decides what is wrapped, set). Below a table's floor nothing is wrapped, and
 that is said once; above its newest release, that is said once too. Nothing runs on a steady optimizer step
-unless it acts there: the scheduler methods the build lacks a formula of (``installed.methods_to_fix``, from
-what ``probe.py`` saw the build do), and
-step mode's net; accelerate's own code is not wrapped (it builds its engine through ``deepspeed.initialize``).
+unless it acts there: the scheduler methods the build lacks a formula of (``installed.methods_to_fix``, from what
+``probe.py`` saw the build do), and step mode's net; accelerate's own code is not wrapped (it builds its engine
+through ``deepspeed.initialize``).
 What is wrapped on which release and in which mode is ``releases.WRAPPED``; here is how each row is wrapped.
 """
 
