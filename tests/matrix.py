@@ -132,13 +132,13 @@ def check(tier: str) -> tuple[dict[str, object], list[str]]:
 
 def _probe_problems() -> list[str]:
     """The probe (accelerate_warmup_patch/probe.py) on this release finds what the table says it lacks."""
-    proc = subprocess.run([sys.executable, str(HERE / "children" / "probed.py")], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(HERE / "children" / "wrapped.py")], capture_output=True, text=True,
                           cwd=HERE)
     if proc.returncode != 0:
         return [f"table: the probe's child failed: {proc.stderr[-2000:]}"]
-    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])["probe"]
     if seen["probed"] != seen["table"]:
-        return [f"table: the probe saw {seen['deepspeed']} lack {seen['probed']}, the table says {seen['table']}"]
+        return [f"table: the probe saw this release lack {seen['probed']}, the table says {seen['table']}"]
     return []
 
 
