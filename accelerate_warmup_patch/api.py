@@ -117,8 +117,9 @@ def remove() -> None:
 
 
 def status() -> "dict[str, Any]":
-    """What is patched, the mode, the versions seen, and the table's verdict per scheduler class."""
-    from . import releases
+    """What is patched, the mode, the versions seen, and the verdict per scheduler class: from what the installed
+    build was seen to do (probe.py) once deepspeed is imported and patched, else from the guard table."""
+    from . import installed, releases
 
     deepspeed_version = releases.installed("deepspeed")
     return {
@@ -132,8 +133,19 @@ def status() -> "dict[str, Any]":
         "not_fixed": list(STATE.not_fixed),  # schedulers the patch saw and had to leave
         "strict": settings.strict(),
         "versions": {"deepspeed": deepspeed_version, "accelerate": releases.installed("accelerate")},
-        "verdicts": releases.verdicts(deepspeed_version) if deepspeed_version else {},
+        "verdicts": installed.verdicts(deepspeed_version) if deepspeed_version else {},
+        "probed": _probed(installed.probed()),
     }
+
+
+def _probed(answer: "Any") -> "dict[str, Any] | None":
+    """What the probe saw the installed build do (installed.Probed), as plain data; None where it has not run."""
+    if answer is None:
+        return None
+    from . import installed
+
+    return {"deepspeed": answer.version, "lacks": sorted(f"{name} {key}" for name, key in answer.lacks),
+            "step_lr": answer.step_lr, "differs_from_table": installed.disagreements(answer)}
 
 
 def arm_from_environment(via: str = "environment") -> None:

@@ -1,8 +1,9 @@
 """THE FIX: what the newest DeepSpeed release does where older ones differ, done where upstream did it.
 
 Each function below backports one row (or two) of ``releases.UPSTREAM_CHANGES``, the guard table, which
-says which release first carries it and whether this release lacks it (``releases.lacks``). targets.py
-wraps, on a release that lacks a change, the scheduler method that carries it upstream (``WRAPPERS``):
+says which release first carries it; whether the installed build lacks it is what the build was seen to do
+(``installed.lacks``: probe.py, the table where the probe cannot run). targets.py wraps, on a build that lacks
+a change, the scheduler method that carries it upstream (``WRAPPERS``):
 
 - ``__init__`` (``settle`` after the original has run, at the same depth as upstream's fix):
   the start lr (PR #6597 WarmupLR, #7969 WarmupCosineLR), the default peak (#7360, #8171), an unknown
@@ -19,13 +20,12 @@ the way the running release writes it (``schedules.write``), every change goes t
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from . import failures, log, marks, releases, schedules, wrapping
+from . import failures, installed, log, marks, newest, releases, schedules, wrapping
 from .settings import ENV_MODE, Mode
 from .state import STATE
 
@@ -38,23 +38,9 @@ class Construction:
     max_lr_given: bool
 
 
-# The newest release's formulas (lr_schedules.py @ v0.19.8) ----------------------------------------
-
-def lr_before_start(scheduler: Any, name: str) -> list[Any]:
-    """get_lr() before the first step: min_lrs (PR #6597), WarmupCosineLR 0.0 per group (#7969)."""
-    if name == "WarmupCosineLR":
-        return [0.0 for _ in scheduler.org_lrs]
-    return scheduler.min_lrs  # type: ignore[no-any-return]  # the list itself, as the newest returns it
-
-
-def cosine_ratio(scheduler: Any) -> float:
-    """WarmupCosineLR.get_lr_ratio() past the warmup, as 0.19.3 and later compute it (PR #8142)."""
-    real_last_step = scheduler.last_batch_iteration - scheduler.warmup_num_steps + 1
-    real_total_steps = max(1, scheduler.total_num_steps - scheduler.warmup_num_steps)
-    cosine_progress = min(1.0, real_last_step / real_total_steps)
-    ratio_delta = 1. - scheduler.cos_min_ratio
-    ratio = (1 + math.cos(math.pi * cosine_progress)) / 2
-    return max(0.0, float(scheduler.cos_min_ratio + ratio_delta * ratio))
+# The newest release's formulas (lr_schedules.py @ v0.19.8): newest.py, below every module that compares with them
+lr_before_start = newest.lr_before_start  # get_lr() before the first step (PR #6597, #7969)
+cosine_ratio = newest.cosine_ratio  # WarmupCosineLR.get_lr_ratio() past the warmup (PR #8142)
 
 
 def newest_max_lrs(scheduler: Any, construction: Construction) -> list[Any] | None:
@@ -67,10 +53,10 @@ def newest_max_lrs(scheduler: Any, construction: Construction) -> list[Any] | No
         return None
     if construction.group_lrs is None:
         raise LookupError("the groups' lrs at construction are unknown")
-    newest = list(construction.group_lrs)
-    if [schedules.lr_value(v) for v in scheduler.max_lrs] == [schedules.lr_value(v) for v in newest]:
+    own = list(construction.group_lrs)
+    if [schedules.lr_value(v) for v in scheduler.max_lrs] == [schedules.lr_value(v) for v in own]:
         return None
-    return newest
+    return own
 
 
 # The newest constructor's behaviour, after this release's ----------------------------------------
@@ -94,7 +80,7 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
     version = wrapping.deepspeed_version()
     if name is None:
         return
-    if not releases.built_wrong(name, version):  # nothing to change: the record says how the patch found it
+    if not installed.built_wrong(name):  # nothing to change: the record says how the patch found it
         marks.note(scheduler, _as_release(scheduler, name, version), first_only=True)
         return
     STATE.settled.add(scheduler)  # decided: a later net says nothing more about it
@@ -164,7 +150,7 @@ def _warn_instead(scheduler: Any, name: str, version: str, changes: list[schedul
                      f"DeepSpeed {releases.BEHAVIOR_REFERENCE} runs it at {_lrs([new for *_, new in changes])}")
     if peak is not None:
         parts.append(f"with no warmup_max_lr its peak lr is {schedules.fmt(peak[0])} (DeepSpeed {version}: "
-                     f"{releases.warmup_max_lr_default(version).value}), DeepSpeed {releases.BEHAVIOR_REFERENCE}'s "
+                     f"{installed.max_lr_default().value}), DeepSpeed {releases.BEHAVIOR_REFERENCE}'s "
                      f"is {schedules.fmt(peak[1])} (each group's own lr)")
     if peak_unknown is not None:  # said here, in the scheduler's one line, not in a second one
         parts.append(f"its peak lr {schedules.fmt(list(scheduler.max_lrs))} stays ({peak_unknown}; DeepSpeed "
@@ -185,7 +171,7 @@ def _build_as_newest(scheduler: Any, name: str, construction: Construction | Non
                      peak_known: bool) -> Peak | str | None:
     """What the newest constructor does after this release's: returns the peak's change, if it changed, or why the
     default peak could not be decided (it is left as the release set it)."""
-    if releases.lacks("unknown_warmup_type", name, version) and scheduler.warmup_type not in ("log", "linear"):
+    if installed.lacks("unknown_warmup_type", name) and scheduler.warmup_type not in ("log", "linear"):
         if not getattr(STATE.dry, "on", False):  # warn mode's dry run adds no line of DeepSpeed's
             from deepspeed.utils import logger  # DeepSpeed's own words, as 0.19.4+ logs them (PR #8151)
 
@@ -193,9 +179,9 @@ def _build_as_newest(scheduler: Any, name: str, construction: Construction | Non
                            f"is set to default (log)")
         scheduler.warmup_type = "log"
     peak = _backport_default_peak(scheduler, name, construction, version) \
-        if peak_known and releases.lacks("default_peak", name, version) else None
-    if releases.lacks("start", name, version):  # the newest constructor's last line, asking the instance
-        scheduler._last_lr = schedules.write(scheduler.optimizer.param_groups, scheduler.get_lr(), version)
+        if peak_known and installed.lacks("default_peak", name) else None
+    if installed.lacks("start", name):  # the newest constructor's last line, asking the instance
+        scheduler._last_lr = schedules.write(scheduler.optimizer.param_groups, scheduler.get_lr())
     return peak
 
 
@@ -219,7 +205,7 @@ def _backport_default_peak(scheduler: Any, name: str, construction: Construction
         log.warn_once(f"peak:{id(scheduler)}", "%s: no warmup_max_lr was given: peak lr %s -> %s (each group's own "
                       "lr, the default of DeepSpeed %s; DeepSpeed %s's default is %s)", name, schedules.fmt(old_max),
                       schedules.fmt(new_max), releases.BEHAVIOR_REFERENCE, version,
-                      releases.warmup_max_lr_default(version).value)
+                      installed.max_lr_default().value)
     return old_max, new_max
 
 
@@ -231,14 +217,13 @@ def _newest_max_lrs_unseen(scheduler: Any, name: str, version: str,
     leaves the optimizer's lr still has its construction lrs in the groups (lr_schedules.py @ v0.9.0..v0.19.3).
     Raises LookupError where the newest release might peak elsewhere and the instance cannot tell."""
     peaks = [schedules.lr_value(v) for v in scheduler.max_lrs]
-    default = releases.warmup_max_lr_default(version)
+    default = installed.max_lr_default()
     if default is releases.MaxLrDefault.CONSTANT and any(v != 0.001 for v in peaks):
         return None  # the default is 0.001 for every group (warmup_max_lr: float = 0.001): a peak was given
     if default is releases.MaxLrDefault.GROUP_0 and (len(peaks) == 1 or len(set(peaks)) > 1):
         # one group: the default, group 0's lr, is the newest's (each group's own); unequal peaks were given
         return None
-    fact = releases.start_fact(name, version)
-    if fact is not None and fact.value is releases.Start.LEAVES_OPTIMIZER_LR and schedules.is_fresh(scheduler):
+    if installed.start(name) is releases.Start.LEAVES_OPTIMIZER_LR and schedules.is_fresh(scheduler):
         # the groups hold the lrs it was built with: given or not, the newest may peak where this one does
         groups = tuple(schedules.lr_copies(scheduler.optimizer.param_groups))
         if newest_max_lrs(scheduler, Construction(groups, max_lr_given=False)) is None:
@@ -258,7 +243,7 @@ def _name_unsettled(scheduler: Any, name: str, version: str) -> None:
     starts it wrong: the newest release writes the start lr for one built fresh and then resumed, and leaves
     the lr of one built at that iteration. Both look the same now, so its lr is left and the user is told."""
     optimizer = scheduler.optimizer
-    if not releases.lacks("start", name, version) or getattr(scheduler, "_last_lr", None) is not None or \
+    if not installed.lacks("start", name) or getattr(scheduler, "_last_lr", None) is not None or \
             getattr(optimizer, "state", None):
         return  # it has stepped, or its optimizer has (or holds restored state): its lr is not the build's
     iteration = scheduler.last_batch_iteration
@@ -275,10 +260,10 @@ def _name_unsettled(scheduler: Any, name: str, version: str) -> None:
 
 
 def _why(name: str, version: str) -> str:
-    fact = releases.start_fact(name, version)
-    if fact is None or fact.value is releases.Start.SETS_EVERY_GROUP:
+    start = installed.start(name)
+    if start is None or start is releases.Start.SETS_EVERY_GROUP:
         return f"DeepSpeed {version}"
-    return f"DeepSpeed {version} {fact.value.value}"
+    return f"DeepSpeed {version} {start.value}"
 
 
 # The wrappers of the scheduler methods that carry a change upstream --------------------------------
@@ -338,8 +323,8 @@ def _get_lr_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwarg
 
 def _get_lr_ratio(original: Callable[..., Any], version: str) -> Callable[..., Any]:
     """WarmupCosineLR.get_lr_ratio, called on every step: what this release lacks is decided once, here."""
-    before_start = releases.lacks("ratio_before_start", "WarmupCosineLR", version)
-    past_warmup = releases.lacks("ratio_past_warmup", "WarmupCosineLR", version)
+    before_start = installed.lacks("ratio_before_start", "WarmupCosineLR")
+    past_warmup = installed.lacks("ratio_past_warmup", "WarmupCosineLR")
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
         mode = STATE.mode  # passes through unarmed, and in warn mode outside its dry run (STATE.dry)

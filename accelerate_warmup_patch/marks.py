@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import failures, record_data, releases, schedules, settings, witness, wrapping
+from . import failures, newest, record_data, releases, schedules, settings, witness, wrapping
 from .state import STATE
 
 FILE_NAME = record_data.RECORD_FILE
@@ -30,8 +30,9 @@ RECORD = record_data.RECORD
 
 # what this process's patch did about optimizer step 0 of a scheduler (the record's "step0")
 FIXED = "fixed"  # changed its build-time behaviour (reset), or stepped it once before the first step (step)
+# (the record's step0.patch_did keeps "fixed" and "as-release" only where its first step ran at 0.19.8's lrs)
 WARNED = "warned"  # warn mode: reset would have changed it, and nothing was changed
-AS_RELEASE = "as-release"  # fresh when seen, and the release already starts it as the reference does
+AS_RELEASE = "as-release"  # fresh when seen, and the build already starts it as the reference does
 EARLIER_PROCESS = "earlier-process"  # had stepped, or was restored, when seen: step 0 ran in an earlier process
 LEFT = "left"  # the patch could not decide, or failed, and left it as the release made it (a warning said so)
 UNKNOWN = "unknown"  # not one of DeepSpeed's schedulers, or the patch never saw it
@@ -226,9 +227,9 @@ def _encoded(values: list[float] | None) -> list[float | str] | None:
     return None if values is None else [record_data.encode_lr(v) for v in values]
 
 
-# what the newest release runs step 0 at, as the patch knows it: the lrs it set (reset, step) or would have set
-# (warn), or found already right (as-release)
-_KNOWS_THE_REFERENCE = (FIXED, WARNED, AS_RELEASE)
+# what the patch says it did that claims step 0 runs as the newest release runs it: checked against 0.19.8's
+# formula at the first optimizer step (``_checked``)
+_CLAIMS_THE_REFERENCE = (FIXED, AS_RELEASE)
 
 
 def _step0(engine: Any, scheduler: Any, mode: str, carried: witness.Carried | None) -> dict[str, Any]:
@@ -253,9 +254,34 @@ def _step0(engine: Any, scheduler: Any, mode: str, carried: witness.Carried | No
                 "why": f"the first optimizer step this process saw was at global step {steps}, not the run's step 0 "
                        "(the patch was applied after the engine had stepped)"}
     step0 = _noted_or_unknown(scheduler, name) if scheduler is not None else None
-    expected = step0.lrs_after if step0 is not None and step0.what in _KNOWS_THE_REFERENCE else None
+    expected = _expected(scheduler, name, first["last_batch_iteration"])
     return {"how": record_data.OBSERVED, **base, "lrs": first["lrs"], "expected": _encoded(expected),
-            "patch_did": step0.what if step0 is not None else None, "global_steps": steps}
+            "patch_did": _checked(step0, first["lrs"], expected), "global_steps": steps}
+
+
+def _expected(scheduler: Any, name: str | None, iteration: Any) -> list[float] | None:
+    """What 0.19.8 runs the first optimizer step at: its formula for this scheduler's parameters at the position
+    the scheduler held when that step ran (a user may have stepped it before training). Computed, never copied
+    from what ran; None where there is no formula (OneCycle, LRRangeTest) or the position is not known."""
+    if scheduler is None or not isinstance(iteration, int):
+        return None
+    try:
+        return newest.lrs_at(scheduler, name, iteration)
+    except Exception:  # a scheduler whose parameters are not DeepSpeed's: nothing is claimed for it
+        return None
+
+
+def _checked(step0: Step0 | None, observed: list[Any], expected: list[float] | None) -> str | None:
+    """What the patch did, as the record says it: "fixed" and "as-release" only where the observed lrs are
+    0.19.8's; where they are not, "left" (what the patch meant was not what ran). A class without a formula here
+    keeps its word: the audit compares its lrs with the table's reading."""
+    if step0 is None:
+        return None
+    ran = record_data.decode_lrs(observed)
+    if step0.what in _CLAIMS_THE_REFERENCE and expected is not None and not (
+            ran is not None and record_data.same_lrs(ran, expected)):
+        return LEFT
+    return step0.what
 
 
 def write(folder: str, data: dict[str, Any]) -> None:

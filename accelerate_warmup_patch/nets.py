@@ -12,7 +12,7 @@
   optimizer step, and after a load what the loaded save carries in.
 
 A net changes only a scheduler that this release builds otherwise than the newest (``backport.settle``
-asks the guard table), and only through ``schedules.change``.
+asks what the build does: installed.py), and only through ``schedules.change``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import backport, failures, log, marks, releases, schedules, witness, wrapping
+from . import backport, failures, installed, log, marks, releases, schedules, witness
 from .settings import ENV_MODE, Mode
 from .state import STATE
 
@@ -142,7 +142,7 @@ def _construction_from_config(engine: Any, scheduler: Any) -> backport.Construct
     if name is None or getattr(engine, "client_lr_scheduler", True) or not callable(getattr(engine, "scheduler_params",
                                                                                               None)):
         return None
-    untouched = releases.lacks("start", name, wrapping.deepspeed_version())
+    untouched = installed.lacks("start", name)
     lrs = tuple(g["lr"] for g in scheduler.optimizer.param_groups) if untouched else None
     return backport.Construction(lrs, (engine.scheduler_params() or {}).get("warmup_max_lr") is not None)
 
@@ -198,15 +198,14 @@ def align_after_load(engine: Any) -> None:
     """
     scheduler: Any = getattr(engine, "lr_scheduler", None)
     name = schedules.class_name(scheduler) if scheduler is not None else None
-    version = wrapping.deepspeed_version()
-    if name is None or not (releases.lacks("start", name, version) or STATE.mode == Mode.STEP):
+    if name is None or not (installed.lacks("start", name) or STATE.mode == Mode.STEP):
         return
     groups = scheduler.optimizer.param_groups
 
     def align() -> None:
         targets = scheduler.get_lr()
         if [schedules.lr_value(g["lr"]) for g in groups] != [schedules.lr_value(t) for t in targets]:
-            schedules.write(groups, targets, version)
+            schedules.write(groups, targets)
 
     changed = schedules.change(scheduler, key="align", what="aligning the lr after load_checkpoint", action=align,
                                consequence="the lr after this load is left as DeepSpeed set it")

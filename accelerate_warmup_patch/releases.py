@@ -103,6 +103,41 @@ def parse(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in match.group(1).split("."))
 
 
+def is_release(version: str) -> bool:
+    """True for a release's number as published (``0.15.2``); False with a local part (``+abc``, ``+hpu…``) or a
+    dev, pre or post suffix: such a build is not the release it names (pip install from git, a cherry-pick, a
+    vendor's fork), and its code may differ from that release's."""
+    return re.fullmatch(r"\s*v?\d+(?:\.\d+)*\s*", version) is not None
+
+
+@dataclass(frozen=True)
+class VendorBuild:
+    """A vendor's build of DeepSpeed whose code is known: the upstream release it carries, and what differs."""
+
+    name: str
+    pattern: str  # a regular expression its __version__ matches in full
+    carries: str  # the upstream release whose lr_schedules.py it runs
+    differences: str
+    source: str
+
+    def matches(self, version: str) -> bool:
+        return re.fullmatch(self.pattern, version.strip()) is not None
+
+
+VENDOR_BUILDS: tuple[VendorBuild, ...] = (
+    VendorBuild("Intel Gaudi's DeepSpeed (software 1.18, 1.19)", r"0\.14\.4\+hpu\.synapse\.v1\.1[89]\.\d+",
+                "0.14.4", "WarmupLR.step writes a tensor lr where the group holds one (the same values; a step keeps "
+                "a tensor a tensor, as 0.18.1's update_lr does)",
+                "issue #46: real builds of the Gaudi 1.19 tree on CPU, compared with upstream 0.14.4 (not read "
+                "here: the probe decides a running process by what the build does)"),
+)
+
+
+def vendor_build(version: str) -> VendorBuild | None:
+    """The vendor build ``version`` names, where the table knows its code; None elsewhere."""
+    return next((build for build in VENDOR_BUILDS if build.matches(version)), None)
+
+
 # DeepSpeed -------------------------------------------------------------------------------
 
 DEEPSPEED_FLOOR = "0.9.0"  # the oldest release whose lr_schedules.py this table was read from
@@ -215,7 +250,7 @@ UPSTREAM_CHANGES: tuple[Change, ...] = (
            "reading the old one"),
 )
 # WarmupDecayLR runs WarmupLR.__init__ (super().__init__) and inherits get_lr (lr_schedules.py @ v0.9.0..v0.19.8)
-_INHERITS = MappingProxyType({"WarmupDecayLR": "WarmupLR"})
+INHERITS = MappingProxyType({"WarmupDecayLR": "WarmupLR"})
 # What a subclass does not inherit. WarmupDecayLR passes its own warmup_max_lr, whose default is 0.001 on every
 # release (WarmupDecayLR.__init__'s signature @ v0.9.0, v0.15.2, v0.19.3, v0.19.8), so WarmupLR's default peak
 # (#7360, #8171) never reaches it: 0.19.8 too peaks at 0.001 when none is given.
@@ -446,27 +481,42 @@ def scheduler_classes() -> tuple[str, ...]:
 def missing_backports(scheduler: str, deepspeed_version: str) -> tuple[Change, ...]:
     """The backported changes this release lacks for this class (WarmupDecayLR: WarmupLR's)."""
     parsed = parse(deepspeed_version)
-    owner = _INHERITS.get(scheduler, scheduler)
+    owner = INHERITS.get(scheduler, scheduler)
     own = _NOT_INHERITED.get(scheduler, frozenset())
     return tuple(c for c in UPSTREAM_CHANGES if c.backported and c.scheduler == owner and parsed < parse(c.release)
                  and c.key not in own)
 
 
+def carrier(key: str, scheduler: str) -> str | None:
+    """The class whose code carries change ``key`` upstream for ``scheduler`` (WarmupDecayLR runs WarmupLR's, but
+    not its default peak); None where no change of that key is this class's."""
+    owner = INHERITS.get(scheduler, scheduler)
+    if key in _NOT_INHERITED.get(scheduler, frozenset()):
+        return None
+    return owner if any(c.key == key and c.scheduler == owner for c in UPSTREAM_CHANGES) else None
+
+
 def verdict(scheduler: str, deepspeed_version: str) -> str:
-    """A few words per scheduler class for ``status()`` and ``doctor``."""
+    """A few words per scheduler class for ``status()`` and ``doctor``, from the table."""
+    fact = start_fact(scheduler, deepspeed_version)
+    return verdict_of(scheduler, deepspeed_version, fact.value if fact is not None else None,
+                      missing_backports(scheduler, deepspeed_version))
+
+
+def verdict_of(scheduler: str, deepspeed_version: str, start: Start | None, missing: tuple[Change, ...]) -> str:
+    """``verdict`` from what a class does when built (``start``; None: the build has no such class) and the
+    backported changes it lacks: the table's, or what the probe saw (installed.py)."""
     level = deepspeed_support(deepspeed_version)
     if level is Support.UNSUPPORTED:
         return "unsupported"
-    fact = start_fact(scheduler, deepspeed_version)
-    if fact is None:
+    if start is None:
         return "absent"
-    if level is Support.UNTESTED:
+    if level is Support.UNTESTED and not missing:
         return "untested"
-    if fact.value is not Start.SETS_EVERY_GROUP:
-        return "affected (groups 1+)" if fact.value is Start.SETS_GROUP_0_ONLY else "affected"
+    if start is not Start.SETS_EVERY_GROUP:
+        return "affected (groups 1+)" if start is Start.SETS_GROUP_0_ONLY else "affected"
     if never_affected(scheduler):
         return "not affected"
-    missing = missing_backports(scheduler, deepspeed_version)
     if not missing:
         return "fixed upstream"
     newest_per_key = {c.key: c for c in missing}  # the table is in release order: the last row wins
@@ -492,7 +542,7 @@ def never_affected(scheduler: str) -> bool:
     """True for a class that sets every group's lr when built on every release in the table (OneCycle)."""
     facts = [f for f in SCHEDULER_STARTS if f.subject == scheduler]
     return bool(facts) and all(f.value is Start.SETS_EVERY_GROUP for f in facts) and not any(
-        c.backported and c.scheduler == _INHERITS.get(scheduler, scheduler) for c in UPSTREAM_CHANGES)
+        c.backported and c.scheduler == INHERITS.get(scheduler, scheduler) for c in UPSTREAM_CHANGES)
 
 
 def verdicts(deepspeed_version: str) -> dict[str, str]:

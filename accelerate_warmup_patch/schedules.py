@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from . import failures, releases
+from . import failures, installed, releases
 from .settings import Mode
 from .state import STATE
 
@@ -51,15 +51,25 @@ def lr_value(lr: Any) -> float:
     return float(lr.item()) if hasattr(lr, "item") else float(lr)
 
 
-def write(groups: list[dict[str, Any]], lrs: list[Any], deepspeed_version: str) -> list[Any]:
-    """Write ``lrs`` into the groups as this release's own step writes them; returns what the groups hold.
+def write(groups: list[dict[str, Any]], lrs: list[Any]) -> list[Any]:
+    """Write ``lrs`` into the groups as the installed build's own step writes them; returns what the groups hold.
 
-    Never in place on a release that does not write in place: up to 0.19.3 WarmupCosineLR's org_lrs are
-    the groups' own lr objects, and an in-place write would change its whole schedule."""
-    if releases.writes_through_update_lr(deepspeed_version):
-        return sys.modules[SCHEDULES_MODULE].update_lr(groups, lrs)  # type: ignore[no-any-return]
+    Through the build's ``update_lr`` where it has one (from 0.15.3's code); else as its step assigns, keeping a
+    group's tensor lr a tensor of the same dtype and device where its step keeps tensors (a vendor's 0.14.4), and
+    in place only where its step writes in place: up to 0.19.3 WarmupCosineLR's org_lrs are the groups' own lr
+    objects, and an in-place write would change its whole schedule."""
+    update_lr = getattr(sys.modules.get(SCHEDULES_MODULE), "update_lr", None)
+    if callable(update_lr):
+        return update_lr(groups, lrs)  # type: ignore[no-any-return]
+    step_lr = installed.step_lr()
     for group, lr in zip(groups, lrs):
-        group["lr"] = lr  # what step() does on these releases
+        held = group["lr"]
+        if step_lr == installed.FLOAT or not hasattr(held, "fill_"):
+            group["lr"] = lr  # what step() does on these releases
+        elif step_lr == installed.IN_PLACE:
+            held.fill_(lr_value(lr))
+        else:
+            group["lr"] = held.clone().fill_(lr_value(lr))
     return [group["lr"] for group in groups]
 
 

@@ -84,6 +84,10 @@ class State:
     hooks: Hooks | None = None
     # the DeepSpeed release as deepspeed's hook saw it (targets.py)
     deepspeed_version: str | None = None
+    # what the installed build's scheduler classes do (installed.Probed), and id() of the lr_schedules module the
+    # probe ran on: probe.ensure, once per process and per reload of deepspeed
+    probed: Any = None
+    probed_module: int | None = None
     # schedulers whose build-time behaviour the patch has decided on, one try each (backport.settle)
     settled: Seen = field(default_factory=Seen)
     # schedulers a net has seen, each settled once (nets.prepare_first_step)

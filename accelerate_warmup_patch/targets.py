@@ -4,8 +4,9 @@
 its submodules itself (deepspeed/__init__.py has imported them by then, and only then is
 deepspeed.__version__, which decides what is wrapped, set). Below a table's floor nothing is wrapped, and
 that is said once; above its newest release, that is said once too. Nothing runs on a steady optimizer step
-unless it acts there: the scheduler methods a release lacks a formula of (``releases.methods_to_fix``), and
-step mode's net; accelerate's own code is not wrapped (it builds its engine through ``deepspeed.initialize``).
+unless it acts there: the scheduler methods the build lacks a formula of (``installed.methods_to_fix``, from what
+``probe.py`` saw the build do), and step mode's net; accelerate's own code is not wrapped (it builds its engine
+through ``deepspeed.initialize``).
 What is wrapped on which release and in which mode is ``releases.WRAPPED``; here is how each row is wrapped.
 """
 
@@ -15,7 +16,7 @@ import sys
 from collections.abc import Callable, Mapping
 from types import MappingProxyType, ModuleType
 
-from . import backport, failures, launcher, log, marks, nets, releases, schedules, wrapping
+from . import backport, failures, installed, launcher, log, marks, nets, probe, releases, schedules, wrapping
 from .settings import Mode
 from .state import STATE
 
@@ -29,15 +30,25 @@ def patch_deepspeed(module: ModuleType) -> None:
                       untested="; it has every change the patch backports, so only step mode acts"):
         return
     engine_class = sys.modules["deepspeed.runtime.engine"].DeepSpeedEngine  # deepspeed/__init__.py imported it
+    _probe(version)  # before anything is wrapped: the build's own scheduler classes
     # releases.WRAPPED's rows for this release and mode. Step mode's net, the one per-step net, is a row of step mode
     # alone, so it is wrapped only where it acts (a later apply("step") runs this again and adds it).
     for row in releases.wrapped(version, STATE.mode or Mode.OFF):
         _WRAPS[row.target](module, engine_class, version)
 
 
+def _probe(version: str) -> None:
+    """What this build's scheduler classes do (probe.py), once per process; where that fails, the table answers."""
+    def failed(error: Exception) -> None:
+        failures.report("probe", what=f"probing what DeepSpeed {version}'s scheduler classes do", error=error,
+                        consequence="the guard table's answers for the release its number names stand in")
+
+    probe.ensure(sys.modules[schedules.SCHEDULES_MODULE], version, failed)
+
+
 def _wrap_scheduler_methods(deepspeed: ModuleType, engine_class: type, version: str) -> None:
     lr_schedules = sys.modules[schedules.SCHEDULES_MODULE]  # deepspeed/__init__.py imported it
-    for class_name, method in releases.methods_to_fix(version):  # the fix: backport.py
+    for class_name, method in installed.methods_to_fix(version):  # the fix: backport.py
         cls = getattr(lr_schedules, class_name)
         wrapping.wrap(cls, method, backport.WRAPPERS[method](vars(cls)[method], version))
 

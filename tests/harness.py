@@ -100,6 +100,8 @@ class Spec:
     # and torch rng state objects; see _client_state), or "user", a training script's plain dict (USER_CLIENT_STATE).
     # Changes no lr, so not part of the key. A resume (resume_from) reports what load_checkpoint returned.
     client_state: str | None = None
+    # the groups hold tensor lrs (a client torch Adam built with them): each step's lr types are reported
+    tensor_lr: bool = False
 
     @property
     def key(self) -> str:
@@ -111,6 +113,7 @@ class Spec:
         extra += ":fp16" if self.fp16 else ""
         extra += f":overflow{self.overflow_steps}" if self.overflow_steps else ""
         extra += ":fused-adam" if self.fused_adam else ""
+        extra += ":tensor-lr" if self.tensor_lr else ""
         return f"{self.path}:{self.scheduler}:g{groups}:ga{self.grad_accum}:z{self.zero}{extra}"
 
     @property
@@ -178,6 +181,10 @@ def run_deepspeed(spec: Spec) -> list[list[float | None]]:
         params = None
         if spec.patch == "late":  # the scheduler was built before the patch was applied
             _import_patch(spec)
+    if spec.tensor_lr:
+        kwargs["optimizer"] = _tensor_lr_optimizer(spec, params)
+        config.pop("optimizer")
+        params = None
     if spec.road == "pipeline":
         return _train_pipeline(spec, config, model, params)
     if spec.road == "own-step":
@@ -193,6 +200,25 @@ def run_deepspeed(spec: Spec) -> list[list[float | None]]:
 
 # what the last load_checkpoint returned as the user's client_state (main() reports it with its run)
 LOADED: dict[str, Any] = {}
+# each optimizer step's lr type per group, of a run with tensor lrs (main() reports them with its run)
+LR_TYPES: list[list[str]] = []
+
+
+def _tensor_lr_optimizer(spec: Spec, params: Any) -> Any:
+    """A torch Adam whose groups hold their lrs as tensors; a pre-hook notes each step's lr types."""
+    import torch
+
+    groups = params if isinstance(params[0], dict) else [{"params": params}]
+    for group, lr in zip(groups, spec.groups):
+        group["lr"] = torch.tensor(lr)
+    optimizer = torch.optim.Adam(groups, lr=torch.tensor(spec.groups[0]), foreach=False)
+
+    def note(opt: Any, args: Any, kwargs: Any) -> None:
+        LR_TYPES.append([f"tensor {g['lr'].dtype}" if isinstance(g["lr"], torch.Tensor) else type(g["lr"]).__name__
+                         for g in opt.param_groups])
+
+    optimizer.register_step_pre_hook(note)
+    return optimizer
 
 
 def _load(spec: Spec, engine: Any) -> None:
@@ -480,12 +506,12 @@ def _patch_loaded() -> bool:
 
 def _inject_fault() -> None:
     """Fault injection: the patch's own knowledge breaks, as a future bug of ours would."""
-    from accelerate_warmup_patch import releases
+    from accelerate_warmup_patch import installed
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("injected fault")
 
-    releases.built_wrong = broken  # type: ignore[assignment]  # asked before any scheduler is changed
+    installed.built_wrong = broken  # type: ignore[assignment]  # asked before any scheduler is changed
 
 
 def golden() -> dict[str, Any]:
@@ -512,6 +538,8 @@ def main(argv: list[str]) -> int:
     for text in argv:
         spec = Spec(**json.loads(text))
         results.append({"spec": asdict(spec), "key": spec.key, "lrs": run(spec)})
+        if spec.tensor_lr:
+            results[-1]["lr_types"], LR_TYPES[:] = list(LR_TYPES), []
         if "client_state" in LOADED:  # each key's value as repr (DeepSpeed's own keys hold torch.Size)
             loaded = LOADED.pop("client_state")
             results[-1]["client_state"] = None if loaded is None else {str(k): repr(v) for k, v in loaded.items()}

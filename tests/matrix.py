@@ -5,7 +5,8 @@
 Runs every matrix scenario unpatched and patched (each in a fresh process: tests/fresh_process.py), then checks:
 - the guard table: the first optimizer step unpatched, per scheduler class and param group, is what
   ``releases.py`` claims for this release, and so is WarmupLR's default peak lr;
-- the patch: the whole patched trajectory equals the newest release's (``golden.json``).
+- the patch: the whole patched trajectory equals the newest release's (``golden.json``);
+- the probe (probe.py): what it sees the release's scheduler classes lack is what the table says.
 Writes one row (release, tier, verdicts, date, torch) into the results file and exits 1 on any
 mismatch, naming the release. ``--suggest`` prints the table rows a release newer than the table
 would need, from what it observed.
@@ -106,6 +107,7 @@ def check(tier: str) -> tuple[dict[str, object], list[str]]:
                             f"{_expected_peaks(spec, deepspeed)}")
         if patched.lrs[spec.key] != GOLDEN["runs"][_golden_key(spec)]:
             problems.append(f"patch: {spec.key} patched differs from DeepSpeed {GOLDEN['deepspeed']}")
+    problems += _probe_problems()
     import torch
 
     row: dict[str, object] = {
@@ -126,6 +128,18 @@ def check(tier: str) -> tuple[dict[str, object], list[str]]:
             problems.append(f"two ranks: {ranks}")
         row.update(_era_stack(specs, deepspeed), activation=activation, two_ranks=ranks)
     return row, problems
+
+
+def _probe_problems() -> list[str]:
+    """The probe (accelerate_warmup_patch/probe.py) on this release finds what the table says it lacks."""
+    proc = subprocess.run([sys.executable, str(HERE / "children" / "wrapped.py")], capture_output=True, text=True,
+                          cwd=HERE)
+    if proc.returncode != 0:
+        return [f"table: the probe's child failed: {proc.stderr[-2000:]}"]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])["probe"]
+    if seen["probed"] != seen["table"]:
+        return [f"table: the probe saw this release lack {seen['probed']}, the table says {seen['table']}"]
+    return []
 
 
 def _engine_runs(deepspeed: str) -> bool:

@@ -188,6 +188,13 @@ def matrix_page(results: dict[str, Row]) -> str:
     lines += _table(["runner", "`--launcher`", "DeepSpeed releases", "per export", "source"],
                     ([f.subject, f.value.launcher, f.span, f.value.syntax or "nothing", f.source]
                      for f in releases.MULTINODE_RUNNERS))
+    lines += ["", "Builds that are not releases: a version with a local part (`+...`) or a dev or pre suffix is not "
+              "the release it names (built from git before or after a fix, a cherry-pick, a fork). A patched "
+              "process decides by what its scheduler classes do ([how the probe decides]"
+              "(how-it-works.md#how-the-probe-decides)); `audit` judges an unpatched run of such a build `unknown`, "
+              "except on the vendor builds whose code is known (`releases.VENDOR_BUILDS`):", ""]
+    lines += _table(["vendor build", "its `deepspeed.__version__`", "runs upstream", "differences", "source"],
+                    ([v.name, f"`{v.pattern}`", v.carries, v.differences, v.source] for v in releases.VENDOR_BUILDS))
     lines += ["", "## Era stacks", ""]
     lines += _table(["DeepSpeed", "month", "Python", "torch", "wrapt", "accelerate", "transformers", "ran",
                      "unpatched", "patched", "start-up activation", "two ranks", "package", "date"],

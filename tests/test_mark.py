@@ -271,3 +271,17 @@ def test_a_patched_start_an_unpatched_resume_and_a_patched_resume_in_one_folder_
         assert report["verdict"] == "unknown" and "the chain has a gap" in report["why"], report
     else:
         assert report["verdict"] == "not affected", report
+
+
+def test_a_scheduler_stepped_before_training_is_compared_with_0_19_8_at_its_position(tmp_path):
+    """User code steps the scheduler twice before the first optimizer step (the old workaround, twice): step 0 runs
+    at lr(1), as on 0.19.8. The record's expected lrs are 0.19.8's formula at that position, not the start the
+    patch set at construction, and the audit says so (issue #47 item 6)."""
+    spec = Spec(steps=3, patch="before", user_steps=2, save_to=str(tmp_path / "run"))
+    truth = run_specs(spec).lrs[spec.key]
+    step0 = json.loads((tmp_path / "run" / "ckpt" / RECORD).read_text())["step0"]
+    assert step0["lrs"] == step0["expected"] == truth[0] and truth[0] != [0.0], step0
+    assert step0["patch_did"] == ("fixed" if BUGGY else "as-release")
+    proc = bare_audit(tmp_path / "bare")("-m", "accelerate_warmup_patch", "audit", "--json", str(tmp_path / "run"))
+    report = json.loads(proc.stdout)[0]
+    assert report["verdict"] == "not affected" and report["step0_lrs"] == truth[0], report

@@ -3,7 +3,9 @@ release."""
 
 from __future__ import annotations
 
+import functools
 import json
+from typing import Any
 
 from conftest import run_child
 
@@ -38,10 +40,25 @@ def test_step_mode_alone_wraps_the_optimizer_step_and_nothing_is_wrapped_below_t
     assert releases.wrapped("0.19.8", "off") == ()
 
 
-def test_the_patch_wraps_what_the_table_says_in_every_mode(deepspeed: str) -> None:
-    # the conftest's fixture clears ACCELERATE_WARMUP_PATCH*: each mode is the child's apply(mode=...)
+@functools.lru_cache(maxsize=1)
+def _wrapped_child() -> dict[str, Any]:
+    """tests/children/wrapped.py's answer, asked once for the module's tests."""
     proc = run_child("wrapped.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    patched = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_the_patch_wraps_what_the_table_says_in_every_mode(deepspeed: str) -> None:
+    # the conftest's fixture clears ACCELERATE_WARMUP_PATCH*: each mode is the child's apply(mode=...)
+    patched = _wrapped_child()
     for mode in ("reset", "step", "warn"):
         assert patched[mode] == labels(deepspeed, mode), mode
+
+
+def test_the_probe_finds_on_the_installed_release_what_the_table_says_it_lacks(deepspeed: str) -> None:
+    """On a release the probe and the table agree (every release of the table: tests/matrix.py checks the same)."""
+    seen = _wrapped_child()["probe"]
+    assert seen["probed"] == seen["table"]
+    assert seen["table"] == sorted(map(list, {(c.scheduler, c.key) for name in ("WarmupLR", "WarmupCosineLR")
+                                              for c in releases.missing_backports(name, deepspeed)}))
+    assert seen["differs"] == []

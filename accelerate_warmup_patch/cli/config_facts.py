@@ -35,7 +35,7 @@ def refused_later(scheduler: str | None, params: dict[str, Any]) -> list[str]:
     change = next(c for c in releases.UPSTREAM_CHANGES if c.key == "validation")
     if value == AUTO or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
         return []
-    if not any(name.strip() == releases._INHERITS.get(scheduler, scheduler) for name in change.scheduler.split(",")):
+    if not any(name.strip() == releases.INHERITS.get(scheduler, scheduler) for name in change.scheduler.split(",")):
         return []
     kind = "" if isinstance(value, int) else " (an int)"
     return [f"warmup_num_steps={value}: DeepSpeed {change.release} and newer ({change.pr}) raise ValueError when "

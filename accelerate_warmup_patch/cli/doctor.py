@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import releases, settings
-from . import child, config_facts, doctor_config
+from . import child, config_facts, doctor_config, probe_build
 
 PTH = "accelerate_warmup_patch.pth"
 SCHEMA = 3  # doctor --json's layout (docs/doctor.md); a change that removes or renames a key bumps it
@@ -244,9 +244,19 @@ def _mode_note(active: dict[str, Any]) -> str:
     return _STEP_NOTE
 
 
-def _scope(deepspeed: str, config: dict[str, Any] | None) -> tuple[str, list[str], dict[str, list[str]]]:
+def _scope(deepspeed: str, config: dict[str, Any] | None,
+           probed: dict[str, Any] | None = None) -> tuple[str, list[str], dict[str, list[str]]]:
     """"not-affected", "affected", "backports" or "fixed-upstream" for a known release, with the affected
-    classes' labels and, per backported change still missing, the classes it concerns."""
+    classes' labels and, per backported change still missing, the classes it concerns. ``probed``: what a build's
+    scheduler classes were seen to lack (``_probed_build``), which decides instead of its number."""
+    lacked = set(probed["lacks"]) if probed is not None and "lacks" in probed else None
+
+    def lacks(key: str, name: str) -> bool:
+        if lacked is None:
+            return releases.lacks(key, name, deepspeed)
+        owner = releases.carrier(key, name)
+        return owner is not None and f"{owner} {key}" in lacked
+
     if config is not None:
         name = config["scheduler"]
         if name is None or releases.never_affected(name):
@@ -260,18 +270,19 @@ def _scope(deepspeed: str, config: dict[str, Any] | None) -> tuple[str, list[str
         fact = releases.start_fact(name, deepspeed)
         if fact is None:
             continue  # no such class on this release (WarmupCosineLR before 0.12.3)
-        if releases.lacks("start", name, deepspeed):
+        if lacks("start", name):
             affected.append(f"{name}, groups 1+" if fact.value is releases.Start.SETS_GROUP_0_ONLY else name)
             continue
         for change in config_facts.differences(name, deepspeed, params if config else None):
-            backports.setdefault(config_facts.label(change), []).append(name)
+            if lacks(change.key, name):
+                backports.setdefault(config_facts.label(change), []).append(name)
     if affected:
         return "affected", affected, backports
     return ("backports" if backports else "fixed-upstream"), [], backports
 
 
 def decide(versions: dict[str, str | None], active: dict[str, Any],
-           config: dict[str, Any] | None = None) -> tuple[str, str]:
+           config: dict[str, Any] | None = None, probed: dict[str, Any] | None = None) -> tuple[str, str]:
     """The state and its one verdict line."""
     deepspeed = versions["deepspeed"]
     raw = os.environ.get(settings.ENV_MODE, "")
@@ -290,7 +301,7 @@ def decide(versions: dict[str, str | None], active: dict[str, Any],
         return "untested", (f"DeepSpeed {deepspeed}: UNTESTED (newer than {releases.NEWEST_DEEPSPEED}) - assumed "
                             f"fixed upstream, the patch changes nothing{_STEP_NOTE}")
     subject = f"DeepSpeed {deepspeed}" + (f", {Path(config['path']).name}" if config else "")
-    kind, affected, backports = _scope(deepspeed, config)
+    kind, affected, backports = _scope(deepspeed, config, probed)
     active_now = active["active_at_start_up"]
     if kind == "not-affected":
         name = config["scheduler"] if config else None
@@ -352,8 +363,10 @@ def report(config_args: dict[str, Any] | None = None, python_flags: list[str] | 
     deepspeed, accelerate = versions["deepspeed"], versions["accelerate"]
     active = activation(python_flags)
     section = config_section(deepspeed=deepspeed, **config_args) if config_args else None
-    state, line = decide(versions, active, section)
-    problems, notes = [], []
+    notes: list[str] = []
+    probed = _probed_build(deepspeed, notes)
+    state, line = decide(versions, active, section, probed)
+    problems = []
     bad_value = env_problem()
     if bad_value is not None:
         problems.append(bad_value)
@@ -367,10 +380,35 @@ def report(config_args: dict[str, Any] | None = None, python_flags: list[str] | 
         notes.append(f"DeepSpeed {deepspeed} is newer than the table: `nox -s new_release -- {deepspeed}` in a clone "
                      "checks it")
     verdicts = releases.verdicts(deepspeed) if deepspeed else {}
-    return {"schema": SCHEMA, "state": state, "verdict": line, "strict_fails": STATES[state] or bool(problems),
+    if probed is not None and "verdicts" in probed:
+        verdicts = probed["verdicts"]
+    data = {"schema": SCHEMA, "state": state, "verdict": line, "strict_fails": STATES[state] or bool(problems),
             "versions": versions, "verdicts": verdicts, "activation": active,
             "multinode": multinode(deepspeed, active), "config": section, "problems": problems, "notes": notes,
             "package": releases.installed("accelerate-warmup-patch"), "python": sys.version.split()[0]}
+    if probed is not None:  # a build, not a release: a key added within schema 3
+        data["probed"] = probed
+    return data
+
+
+def _probed_build(deepspeed: str | None, notes: list[str]) -> dict[str, Any] | None:
+    """On a build that is not a release: what its scheduler classes do (probe_build.py), with a note on it; None on a
+    release, whose number the table answers for."""
+    if deepspeed is None or releases.is_release(deepspeed):
+        return None
+    number = ".".join(map(str, releases.parse(deepspeed)))
+    probed = probe_build.probe(deepspeed)
+    if "error" in probed:
+        notes.append(f"DeepSpeed {deepspeed} is a build, not the release {number}, and probing its scheduler classes "
+                     f"failed ({probed['error']}): the verdicts are the table's for {number}")
+        return probed
+    differs = "; ".join(probed["differs_from_table"]) or "nothing"
+    notes.append(f"DeepSpeed {deepspeed} is a build, not the release {number}"
+                 + (f" ({probed['vendor']})" if probed["vendor"] else "")
+                 + f": probed, its scheduler classes lack {', '.join(probed['lacks']) or 'no backported change'}; "
+                 f"where they differ from what the table says of {number}: {differs}. A patched process acts on "
+                 "what they do; the verdicts below are the probe's")
+    return probed
 
 
 def main(as_json: bool = False, strict: bool = False, verbose: bool = False,

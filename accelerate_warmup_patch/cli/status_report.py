@@ -64,9 +64,12 @@ def live(flags: list[str] | None = None) -> dict[str, Any]:
         return {"source": source, "python": child.label(flags), "armed": None, "error": answer["error"]}
     status = answer["status"]
     armed = status is not None and status["mode"] != settings.Mode.OFF
+    versions = _versions()
+    if status is not None and status.get("probed"):  # what that process saw its build do, not its number
+        versions["verdicts"] = status["verdicts"]
     return {"source": source, "python": child.label(flags), "armed": armed,
             "mode": status["mode"] if status else "not armed", "imported": answer["imported"], "status": status,
-            **_versions()}
+            **versions}
 
 
 def _versions() -> dict[str, Any]:
@@ -110,3 +113,12 @@ def print_text(data: dict[str, Any]) -> None:
     versions = data.get("versions") or (status or {}).get("versions") or {}
     if verdicts:
         print(f"  DeepSpeed {versions.get('deepspeed')}: " + ", ".join(f"{k} {v}" for k, v in verdicts.items()))
+    probed = (status or {}).get("probed")
+    deepspeed = versions.get("deepspeed")
+    if deepspeed and not probed and not releases.is_release(deepspeed):
+        number = ".".join(map(str, releases.parse(deepspeed)))
+        print(f"  DeepSpeed {deepspeed} is a build, not the release {number}: these verdicts are the table's for "
+              f"{number}; `status --live` or `doctor` asks what its scheduler classes do")
+    if probed and probed["differs_from_table"]:
+        differs = "; ".join(probed["differs_from_table"])
+        print(f"  probed: its scheduler classes do otherwise than the table says of its number: {differs}")

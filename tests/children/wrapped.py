@@ -1,4 +1,5 @@
-"""Child of tests/test_wrapped.py: what apply() wraps in each armed mode, as JSON on stdout.
+"""Child of tests/test_wrapped.py: what apply() wraps in each armed mode, as JSON on stdout; and what the probe saw
+the installed DeepSpeed lack, beside what the table says of its release ("probe").
 
 Each mode is applied in turn and removed again, so every mode's list is its own (apply() never unwraps).
 """
@@ -11,10 +12,16 @@ import json
 import deepspeed.launcher.multinode_runner  # noqa: F401
 
 import accelerate_warmup_patch as awp
+from accelerate_warmup_patch import installed
 
-patched = {}
+patched: dict[str, object] = {}
 for mode in ("reset", "step", "warn"):
     awp.apply(mode=mode)
     patched[mode] = sorted(awp.status()["patched"])
     awp.remove()
+answer = installed.probed()
+assert answer is not None, "the probe did not run"
+table = installed.table_lacks(answer)
+patched["probe"] = {"probed": sorted(map(list, answer.lacks)), "table": sorted(map(list, table)),
+                    "differs": installed.disagreements(answer)}
 print(json.dumps(patched))

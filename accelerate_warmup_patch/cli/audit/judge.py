@@ -550,6 +550,11 @@ def _judge(report: dict[str, Any], scheduler: str, params: dict[str, Any], versi
         level = releases.deepspeed_support(version)
     except ValueError:
         return unreadable_report(report, f"ds_version {version!r} is not a release number")
+    if not releases.is_release(version):
+        known = _build_as_release(report, version)
+        if known is None:
+            return report
+        version, level = known, releases.deepspeed_support(known)
     if scheduler not in releases.scheduler_classes():
         report["why"] = f"scheduler type {scheduler!r} is not one of DeepSpeed's the table knows"
         return report
@@ -610,6 +615,22 @@ def _judge(report: dict[str, Any], scheduler: str, params: dict[str, Any], versi
     if unsure and report["verdict"] == AFFECTED:
         report["notes"].extend(unsure)
     return report
+
+
+def _build_as_release(report: dict[str, Any], version: str) -> str | None:
+    """A ds_version that is no release's number: a vendor build whose code the table knows is judged as the release
+    it carries (its differences noted); any other build is unknown, with the reason (its number says nothing sure
+    about its code: pip install from git before or after a fix, a cherry-pick, a fork)."""
+    vendor = releases.vendor_build(version)
+    if vendor is not None:
+        report["notes"].append(f"DeepSpeed {version} is {vendor.name}: upstream {vendor.carries}'s schedulers; "
+                               f"{vendor.differences}")
+        return vendor.carries
+    number = ".".join(map(str, releases.parse(version)))
+    report["why"] = (f"DeepSpeed {version} is a build, not the release {number}: its schedulers may run otherwise "
+                     f"than {number}'s (a build from git before or after a fix, a cherry-pick, a vendor's fork), "
+                     "and no record bound to these files says how its step 0 ran")
+    return None
 
 
 def _differences(scheduler: str, version: str, params: dict[str, Any]) -> tuple[releases.Change, ...]:

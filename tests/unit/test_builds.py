@@ -1,0 +1,74 @@
+"""Builds that are not releases (#46), in pure logic: which version strings are releases, the vendor builds the
+table knows, what installed.py answers from a probe's answer and without one, and the audit of a build's run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import audit_files as files
+import pytest
+
+from accelerate_warmup_patch import installed, releases
+from accelerate_warmup_patch.releases import MaxLrDefault, Start
+from accelerate_warmup_patch.state import STATE
+
+
+@pytest.mark.parametrize(("version", "release"), [
+    ("0.15.2", True), ("v0.19.8", True), ("0.15.3+g7f8e2a1", False), ("0.15.2+local", False),
+    ("0.14.4+hpu.synapse.v1.19.0", False), ("0.16.0.dev0", False), ("0.16.0rc1", False), ("0.16.5+4a3b2c1", False),
+])
+def test_a_version_with_a_local_part_or_a_suffix_is_not_a_release(version: str, release: bool) -> None:
+    assert releases.is_release(version) is release
+
+
+def test_gaudis_builds_are_named_with_the_release_they_carry() -> None:
+    found = releases.vendor_build("0.14.4+hpu.synapse.v1.19.0")
+    assert found is not None and found.carries == "0.14.4" and "tensor" in found.differences
+    assert releases.vendor_build("0.14.4+hpu.synapse.v1.17.0") is None  # not read: not named
+    assert releases.vendor_build("0.15.3+g7f8e2a1") is None
+
+
+@pytest.fixture
+def probed(monkeypatch: pytest.MonkeyPatch) -> installed.Probed:
+    """A probe's answer for 0.15.2's code labelled 0.15.3+g7f8e2a1: it lacks what 0.15.2 lacks."""
+    lacks = frozenset((c.scheduler, c.key) for name in installed.PROBED
+                      for c in releases.missing_backports(name, "0.15.2"))
+    answer = installed.Probed("0.15.3+g7f8e2a1", frozenset(installed.PROBED), lacks,
+                              {"WarmupLR": Start.LEAVES_OPTIMIZER_LR, "WarmupCosineLR": Start.LEAVES_OPTIMIZER_LR},
+                              MaxLrDefault.CONSTANT, installed.FLOAT)
+    monkeypatch.setattr(STATE, "probed", answer)
+    monkeypatch.setattr(STATE, "deepspeed_version", answer.version)
+    return answer
+
+
+def test_the_probes_answer_decides_where_the_number_would_not(probed: installed.Probed) -> None:
+    assert installed.lacks("start", "WarmupDecayLR") and not releases.lacks("start", "WarmupDecayLR", "0.15.3")
+    assert not installed.lacks("default_peak", "WarmupDecayLR")  # its own warmup_max_lr: never WarmupLR's default
+    assert installed.built_wrong("WarmupCosineLR")
+    assert installed.methods_to_fix("0.15.3+g7f8e2a1") == releases.methods_to_fix("0.15.2")
+    assert installed.start("OneCycle") is Start.SETS_EVERY_GROUP  # not probed: the table's
+    assert installed.verdicts("0.15.3+g7f8e2a1")["WarmupLR"] == "affected"
+    assert "WarmupLR start (#6597): the build lacks it" in installed.disagreements(probed)
+    with pytest.raises(KeyError):
+        installed.lacks("strat", "WarmupLR")
+
+
+def test_without_a_probe_the_table_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(STATE, "deepspeed_version", "0.15.3")
+    monkeypatch.setattr(STATE, "probed", None)
+    assert not installed.lacks("start", "WarmupLR") and installed.lacks("start", "WarmupCosineLR")
+    assert installed.step_lr() == installed.FLOAT
+    assert installed.max_lr_default() is MaxLrDefault.CONSTANT
+
+
+def test_an_unpatched_run_of_a_build_is_unknown_with_the_reason(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "run", version="0.15.3+g7f8e2a1")
+    _, report = files.one(tmp_path / "run")
+    assert report["verdict"] == "unknown" and "is a build, not the release 0.15.3" in report["why"], report
+
+
+def test_an_unpatched_run_of_a_known_vendor_build_is_judged_as_the_release_it_carries(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "run", version="0.14.4+hpu.synapse.v1.19.0")
+    _, report = files.one(tmp_path / "run")
+    assert report["verdict"] == "affected" and report["step0_lr"] == 0.001, report
+    assert any("Intel Gaudi" in note for note in report["notes"]), report
