@@ -242,7 +242,7 @@ def _step0(engine: Any, scheduler: Any, mode: str, carried: witness.Carried | No
     base = {"deepspeed": version, "scheduler": name, "mode": mode, "patch": _package_version()}
     first = witness.first_step(engine)
     if first is None:
-        if int(engine.global_steps) == 0:
+        if int(engine.global_steps) == 0 and not _stepped_outside_the_engine(engine, scheduler):
             return {"how": record_data.NO_STEP_YET, **base}
         return {"how": record_data.UNOBSERVED, **base,
                 "why": "the patch did not watch this engine's first optimizer step (built before it was applied?)"}
@@ -257,6 +257,17 @@ def _step0(engine: Any, scheduler: Any, mode: str, carried: witness.Carried | No
     expected = _expected(scheduler, name, first["last_batch_iteration"])
     return {"how": record_data.OBSERVED, **base, "lrs": first["lrs"], "expected": _encoded(expected),
             "patch_did": _checked(step0, first["lrs"], expected), "global_steps": steps}
+
+
+def _stepped_outside_the_engine(engine: Any, scheduler: Any) -> bool:
+    """Whether the optimizer or the scheduler moved though ``global_steps`` did not: a script that calls
+    ``engine.backward()`` and steps them itself. Its step 0 ran, and no record may say that none did."""
+    try:
+        moved = scheduler is not None and int(scheduler.last_batch_iteration) > -1
+        optimizer = schedules.torch_optimizer(getattr(engine, "optimizer", None))
+        return moved or bool(getattr(optimizer, "state", None))
+    except Exception:  # what cannot be read is no proof that nothing ran
+        return True
 
 
 def _expected(scheduler: Any, name: str | None, iteration: Any) -> list[float] | None:

@@ -285,3 +285,29 @@ def test_a_scheduler_stepped_before_training_is_compared_with_0_19_8_at_its_posi
     proc = bare_audit(tmp_path / "bare")("-m", "accelerate_warmup_patch", "audit", "--json", str(tmp_path / "run"))
     report = json.loads(proc.stdout)[0]
     assert report["verdict"] == "not affected" and report["step0_lrs"] == truth[0], report
+
+
+@pytest.mark.parametrize("moved", ["optimizer", "scheduler"])
+def test_a_save_at_global_step_0_after_steps_outside_the_engine_never_says_no_step_yet(tmp_path, moved):
+    """An engine whose first step the patch never watched (it cannot be made to miss one in a real run: a stand-in
+    engine holds the real optimizer and scheduler), saved at global_steps 0 by a script that stepped them itself:
+    its step 0 ran, so the record says it was not observed, never that no step ran."""
+    import types
+
+    import torch
+    from deepspeed.runtime.lr_schedules import WarmupLR
+
+    from accelerate_warmup_patch import marks
+
+    param = torch.nn.Parameter(torch.zeros(2))
+    optimizer = torch.optim.Adam([param], lr=1e-3)
+    scheduler = WarmupLR(optimizer, warmup_min_lr=0.0, warmup_max_lr=1e-3, warmup_num_steps=4)
+    engine = types.SimpleNamespace(global_steps=0, optimizer=optimizer, lr_scheduler=scheduler)
+    assert marks.record(engine, "reset", str(tmp_path))["step0"]["how"] == "no-step-yet"  # nothing moved yet
+    if moved == "optimizer":
+        param.grad = torch.ones(2)
+        optimizer.step()
+    else:
+        scheduler.step()
+    step0 = marks.record(engine, "reset", str(tmp_path))["step0"]
+    assert step0["how"] == "unobserved", step0
