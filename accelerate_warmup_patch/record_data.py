@@ -17,8 +17,9 @@ import json
 import math
 import os
 import re
-import zipfile
-from typing import IO, Any
+from typing import Any
+
+from . import torch_file
 
 RECORD_FILE = "accelerate_warmup_patch.json"
 RECORD = 2  # the record this release writes; 1 was 0.5.0's (unbound)
@@ -33,7 +34,6 @@ MAX_LOADS = 8  # the loads a record lists (newest first): the chain stays this s
 # model-states file the audit reads, so the binding covers them too (docs/mark.md).
 STATES_FILE = re.compile(r"(?:^|[_-])(?:model|optim)_states\.pt$")
 MAX_BOUND_FILES = 1024  # the other states files a record binds (the lowest names): bounded time per save
-MAX_MEMBERS = 1_000_000  # a central directory longer than this is not bound (no torch save holds so many tensors)
 RECORD_BYTES = 64 * 1024  # the bound of a record read back (at a load, and by the audit)
 # the temporary file of a record's atomic write: a name no reader of records matches (it does not end in .json),
 # cleaned by the next write into that folder where a killed process left one
@@ -72,16 +72,6 @@ def members_digest(members: list[tuple[str, int, int]]) -> str:
     return "sha256:" + hasher.hexdigest()
 
 
-def zip_members(file: IO[bytes]) -> list[tuple[str, int, int]]:
-    """Each member of the zip ``file`` as (name, CRC-32, size), from its central directory alone; raises
-    ``zipfile.BadZipFile`` (or OSError) for a file that is not a zip, torch's legacy format among them."""
-    with zipfile.ZipFile(file) as archive:
-        infos = archive.infolist()
-        if len(infos) > MAX_MEMBERS:
-            raise zipfile.BadZipFile(f"more than {MAX_MEMBERS} members")
-        return [(info.filename, info.CRC, info.file_size) for info in infos]
-
-
 def binding(name: str, size: int, members: list[tuple[str, int, int]]) -> dict[str, Any]:
     """The record's ``bound_to``: the file's name and size, its members' count and digest."""
     return {"file": name, "size": size, "members": len(members), "digest": members_digest(members)}
@@ -107,32 +97,32 @@ UNREADABLE = "?"  # the members' digest of another states file that could not be
 
 def bind(folder: str) -> dict[str, Any]:
     """``bound_to`` for the lowest-ranked model-states file in ``folder`` and the other states files beside it,
-    read back now; where the model states cannot be read back as a zip, ``{"file": None, "unbound": why}``."""
+    read back now by the audit's own reader (torch_file) under its bounds, so that a record is never bound to a file
+    the audit cannot read; where the model states cannot be read back as a zip, ``{"file": None, "unbound": why}``."""
     name = lowest_model_states(folder)
     if name is None:
         return unbound(f"no *model_states.pt in {os.path.basename(folder) or folder}")
     try:
-        size, members = _read_members(os.path.join(folder, name))
-    except (OSError, zipfile.BadZipFile, ValueError) as error:
-        return unbound(f"{name} cannot be read back as a zip ({type(error).__name__}: {str(error)[:200]}; torch's "
-                       "legacy format, or a file not yet complete)")
-    bound = binding(name, size, members)
+        directory = torch_file.zip_directory(os.path.join(folder, name))
+    except (OSError, torch_file.Unreadable) as error:
+        return unbound(_not_a_zip(name, type(error).__name__, str(error)))
+    if not directory.zip:
+        return unbound(_not_a_zip(name, "BadZipFile", directory.why))
+    bound = binding(name, directory.size, directory.members)
     facts: list[tuple[str, int, str | None]] = []
     for other in other_states(os.listdir(folder), name):
         try:
-            other_size, other_members = _read_members(os.path.join(folder, other))
-            facts.append((other, other_size, members_digest(other_members)))
-        except zipfile.BadZipFile:
-            facts.append((other, os.path.getsize(os.path.join(folder, other)), None))
-        except (OSError, ValueError):
+            found = torch_file.zip_directory(os.path.join(folder, other))
+            facts.append((other, found.size, members_digest(found.members) if found.zip else None))
+        except (OSError, torch_file.Unreadable):
             facts.append((other, -1, UNREADABLE))
     bound["others"] = others_binding(facts)
     return bound
 
 
-def _read_members(path: str) -> tuple[int, list[tuple[str, int, int]]]:
-    with open(path, "rb") as file:
-        return os.fstat(file.fileno()).st_size, zip_members(file)
+def _not_a_zip(name: str, kind: str, why: str) -> str:
+    return (f"{name} cannot be read back as a zip ({kind}: {why[:200]}; torch's legacy format, or a file not yet "
+            "complete)")
 
 
 def unbound(why: str) -> dict[str, Any]:

@@ -22,10 +22,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import record_data, schedules
+from . import record_data, schedules, torch_file
 from .state import STATE
-
-RECORD_BYTES = record_data.RECORD_BYTES  # the bound of a record read back at load (the audit's too)
 
 
 @dataclass
@@ -193,7 +191,7 @@ def _story(folder: str, hop: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
                        "by 0.4.0 or older"}, []
     try:
         raw = _read_record(path)
-    except (OSError, ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
+    except (torch_file.Unreadable, ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
         return {"how": record_data.UNRECORDED, **base,
                 "why": f"the record beside the save it resumed from ({hop['tag']}) cannot be read ({error})"}, []
     hop["record"] = raw.get("record") if isinstance(raw, dict) else None
@@ -238,7 +236,7 @@ def _copied_from(folder: str, base: dict[str, Any]) -> tuple[dict[str, Any], lis
         record_path = os.path.join(parent, name, record_data.RECORD_FILE)
         try:
             raw = _read_record(record_path) if os.path.isfile(record_path) else None
-        except (OSError, ValueError, RecursionError):
+        except (torch_file.Unreadable, ValueError, RecursionError):
             continue
         valid = _valid_record_2(raw)
         if valid is None or not isinstance(raw, dict) or \
@@ -255,19 +253,9 @@ def _copied_from(folder: str, base: dict[str, Any]) -> tuple[dict[str, Any], lis
 
 
 def _read_record(path: str) -> Any:
-    """A record as JSON, read from a regular file of at most RECORD_BYTES, never blocking on a FIFO."""
-    import stat
-
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        raise ValueError("not a regular file")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-            raise ValueError("not a regular file")
-        data = file.read(RECORD_BYTES + 1)
-    if len(data) > RECORD_BYTES:
-        raise ValueError(f"more than {RECORD_BYTES} bytes")
-    return record_data.parse(data)
+    """A record as JSON, read as the audit reads it: a regular file of at most RECORD_BYTES, never blocking on a
+    FIFO; raises torch_file.Unreadable, or ValueError where it is not JSON."""
+    return record_data.parse(torch_file.read_capped(path, record_data.RECORD_BYTES))
 
 
 def _valid_record_2(raw: Any) -> dict[str, Any] | None:

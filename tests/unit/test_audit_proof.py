@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parents[2]))
 import audit_files as files
 from audit_files import audit, one
 
-from accelerate_warmup_patch import marks, record_data, witness
+from accelerate_warmup_patch import marks, record_data, torch_file, witness
 from accelerate_warmup_patch.cli.audit import find
 from accelerate_warmup_patch.state import STATE
 
@@ -77,6 +77,25 @@ def test_the_binding_is_the_zip_members_crcs_and_sizes_and_holds_across_a_copy(t
     other = record_data.bind(str(tmp_path / "rerun" / "global_step6"))
     assert not record_data.same_binding(bound, other)
     assert "digest" in record_data.binding_problem(bound, other) or "bytes" in record_data.binding_problem(bound, other)
+
+
+def test_the_writer_binds_no_file_whose_zip_directory_the_audit_refuses(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # one bound on a zip's central directory (torch_file.DIRECTORY_BYTES) for the writer and the audit: at the
+    # bound both read the file; one byte under it the writer leaves the record unbound and the audit names the bound
+    patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    model_states = tmp_path / "run" / "global_step6" / "mp_rank_00_model_states.pt"
+    with model_states.open("rb") as file:
+        directory = torch_file._directory(file)[0]
+    monkeypatch.setattr(torch_file, "DIRECTORY_BYTES", len(directory))
+    assert record_data.bind(str(model_states.parent))["file"] == model_states.name
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "not affected", report
+    monkeypatch.setattr(torch_file, "DIRECTORY_BYTES", len(directory) - 1)
+    assert record_data.bind(str(model_states.parent))["file"] is None
+    assert f"past {len(directory) - 1}" in record_data.bind(str(model_states.parent))["unbound"]
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "unreadable" and f"past {len(directory) - 1}" in report["why"], report
 
 
 def _zero3_save(save_dir: Path, lr: float) -> Path:
