@@ -48,6 +48,9 @@ UNBOUND = "unbound"  # the save this one loaded held a record that could not be 
 RECORD_1 = "record-1"  # the save this one loaded held a record 1 (0.5.0): unbound, so a claim
 UNOBSERVED = "unobserved"  # the run started in a patched process that could not watch its first step
 HOWS = (OBSERVED, NO_STEP_YET, UNRECORDED, UNBOUND, RECORD_1, UNOBSERVED)
+# What the patch did to this process's scheduler when it was built (``scheduler.step0``; marks.py writes them):
+# fixed, warned, as-release, earlier-process, left; "unknown" is read too.
+SCHEDULER_STEP0S = ("fixed", "warned", "as-release", "earlier-process", "left", "unknown")
 
 
 def lowest_model_states(folder: str) -> str | None:
@@ -234,6 +237,13 @@ def _refuse_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON (a record writes a non-finite lr as a string)")
 
 
+def scheduler_type(config: Any) -> str | None:
+    """The scheduler class a ds_config names (``scheduler.type``), cut at 200 characters; None where it names none."""
+    block = config.get("scheduler") if isinstance(config, dict) else None
+    kind = block.get("type") if isinstance(block, dict) else None
+    return kind[:_TEXT] if isinstance(kind, str) else None
+
+
 def step_count(value: Any) -> int | None:
     """A step count a record holds (an int from 0 to 2**63 - 1, not a bool); None for anything else."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value.bit_length() > 63:
@@ -284,3 +294,97 @@ def written_loads(loads: Any) -> list[dict[str, Any]]:
     if not isinstance(loads, list) or not all(isinstance(hop, dict) for hop in loads):
         raise ValueError("loads is not a list of objects")
     return [{key: scalar(hop[key]) for key in HOP_KEYS if key in hop} for hop in loads[:MAX_LOADS]]
+
+
+# The record as read back --------------------------------------------------------------------------------
+
+def valid_record(raw: Any) -> dict[str, Any]:
+    """Record 1 or 2 with every field of the right type, its lrs decoded: the one check of a record, by the job
+    before it carries a loaded record's step0 and loads, and by the audit; raises ValueError naming the first field
+    that is not."""
+    if not isinstance(raw, dict) or raw.get("record") not in (1, RECORD) or \
+            isinstance(raw.get("record"), bool):
+        raise ValueError(f"record {raw.get('record') if isinstance(raw, dict) else None!r}, not 1 or 2")
+    if raw.get("package") != PACKAGE:
+        raise ValueError("not accelerate-warmup-patch's")
+    record: dict[str, Any] = {key: raw.get(key) for key in ("record", "version", "mode", "deepspeed", "reference")}
+    if not all(isinstance(record[key], str) for key in ("version", "mode", "deepspeed", "reference")):
+        raise ValueError("version, mode, deepspeed and reference must be strings")
+    record["global_steps"] = _count(raw.get("global_steps"), "global_steps")
+    record["scheduler"] = _valid_scheduler(raw.get("scheduler"))
+    if record["record"] == RECORD:
+        record["bound_to"] = _valid_binding(raw.get("bound_to"))
+        record["first_step"] = _valid_first_step(raw.get("first_step"))
+        record["step0"] = _valid_step0(raw.get("step0"))
+        record["loads"] = [{key: hop.get(key) for key in ("tag", "deepspeed", "global_steps", "record", "bound")}
+                           for hop in written_loads(raw.get("loads"))]
+    return record
+
+
+def _count(value: Any, name: str) -> int:
+    count = step_count(value)
+    if count is None:
+        raise ValueError(f"{name} is not a step count")
+    return count
+
+
+def _lrs(value: Any, name: str, optional: bool = True) -> list[float] | None:
+    if value is None and optional:
+        return None
+    lrs = decode_lrs(value)
+    if lrs is None:
+        raise ValueError(f"{name} is not a list of lrs (numbers, or \"nan\", \"inf\", \"-inf\")")
+    return lrs
+
+
+def _valid_scheduler(scheduler: Any) -> dict[str, Any] | None:
+    if scheduler is None:
+        return None
+    if not isinstance(scheduler, dict) or scheduler.get("step0") not in SCHEDULER_STEP0S:
+        raise ValueError(f"scheduler.step0 is not one of {', '.join(SCHEDULER_STEP0S)}")
+    if not isinstance(scheduler.get("class"), str):
+        raise ValueError("scheduler.class is not a string")
+    return {"class": scheduler["class"][:200], "step0": scheduler["step0"],
+            "lrs_before": _lrs(scheduler.get("lrs_before"), "scheduler.lrs_before"),
+            "lrs_after": _lrs(scheduler.get("lrs_after"), "scheduler.lrs_after"),
+            "why": str(scheduler.get("why") or "")[:1000]}
+
+
+def _valid_binding(bound_to: Any) -> dict[str, Any]:
+    if not isinstance(bound_to, dict):
+        raise ValueError("bound_to is not an object")
+    if bound_to.get("file") is None:
+        return unbound(str(bound_to.get("unbound") or "no reason given")[:1000])
+    if not isinstance(bound_to.get("file"), str) or not isinstance(bound_to.get("digest"), str):
+        raise ValueError("bound_to.file and bound_to.digest must be strings")
+    valid = {"file": bound_to["file"][:200], "size": _count(bound_to.get("size"), "bound_to.size"),
+             "members": _count(bound_to.get("members"), "bound_to.members"), "digest": bound_to["digest"][:100]}
+    others = bound_to.get("others")
+    if others is not None:  # absent from 0.6.0's records
+        if not isinstance(others, dict) or not isinstance(others.get("digest"), str):
+            raise ValueError("bound_to.others is not an object with a digest")
+        valid["others"] = {"files": _count(others.get("files"), "bound_to.others.files"),
+                           "digest": others["digest"][:100]}
+    return valid
+
+
+def _valid_first_step(first: Any) -> dict[str, Any] | None:
+    if first is None:
+        return None
+    if not isinstance(first, dict) or not isinstance(first.get("observed"), bool):
+        raise ValueError("first_step is not an object with observed true or false")
+    if not first["observed"]:
+        return {"observed": False, "why": str(first.get("why") or "")[:1000]}
+    return {"observed": True, "lrs": _lrs(first.get("lrs"), "first_step.lrs", optional=False),
+            "global_steps": _count(first.get("global_steps"), "first_step.global_steps")}
+
+
+def _valid_step0(step0: Any) -> dict[str, Any]:
+    """The run's step 0 as the record tells it (record_data's ``how``s), in the shape a record writes it and as the
+    job that resumes from it carries it (written_step0), every key present and the lrs decoded."""
+    shaped = written_step0(step0)
+    valid = {key: shaped.get(key) for key in STEP0_KEYS}
+    valid["why"] = str(valid["why"] or "")
+    for key in ("lrs", "expected"):
+        valid[key] = _lrs(valid[key], f"step0.{key}")
+    return valid

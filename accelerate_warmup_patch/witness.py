@@ -165,16 +165,10 @@ def loaded(engine: Any, load_path: Any, client_state: Any) -> None:
     version = state.get("ds_version") if isinstance(state.get("ds_version"), str) else None
     steps = _count(getattr(engine, "global_steps", None))
     hop: dict[str, Any] = {"tag": os.path.basename(folder), "deepspeed": version, "global_steps": steps,
-                           "scheduler": _scheduler_type(state.get("ds_config")), "record": None}
+                           "scheduler": record_data.scheduler_type(state.get("ds_config")), "record": None}
     story, earlier = _story(folder, hop)
     STATE.carried[id(engine)] = Carried(steps, story, [hop, *earlier][:record_data.MAX_LOADS])
     watch(engine, again=True)
-
-
-def _scheduler_type(config: Any) -> str | None:
-    block = config.get("scheduler") if isinstance(config, dict) else None
-    kind = block.get("type") if isinstance(block, dict) else None
-    return kind[:200] if isinstance(kind, str) else None
 
 
 def _story(folder: str, hop: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
