@@ -301,7 +301,14 @@ def written_loads(loads: Any) -> list[dict[str, Any]]:
 def valid_record(raw: Any) -> dict[str, Any]:
     """Record 1 or 2 with every field of the right type, its lrs decoded: the one check of a record, by the job
     before it carries a loaded record's step0 and loads, and by the audit; raises ValueError naming the first field
-    that is not."""
+    that is not (a value nested too deep to write as text among them)."""
+    try:
+        return _valid_record(raw)
+    except (RecursionError, TypeError, KeyError) as error:
+        raise ValueError(f"not a record's shape ({type(error).__name__})") from None
+
+
+def _valid_record(raw: Any) -> dict[str, Any]:
     if not isinstance(raw, dict) or raw.get("record") not in (1, RECORD) or \
             isinstance(raw.get("record"), bool):
         raise ValueError(f"record {raw.get('record') if isinstance(raw, dict) else None!r}, not 1 or 2")

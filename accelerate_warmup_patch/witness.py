@@ -253,13 +253,13 @@ def _read_record(path: str) -> Any:
 
 
 def _valid_record_2(raw: Any) -> dict[str, Any] | None:
-    """A record 2's step0 and loads, rebuilt in the shape this process writes them (record_data.written_step0):
-    what it carries into its own records cannot make them unwritable or large. None where they are not record 2's
-    shape."""
-    if not isinstance(raw, dict) or raw.get("record") != record_data.RECORD or raw.get("package") != \
-            record_data.PACKAGE:
+    """A record 2's step0 and loads, where the whole record is one the audit accepts (record_data.valid_record),
+    rebuilt in the shape this process writes them (record_data.written_step0): a job carries exactly what the audit
+    would read, and nothing that could make its own records unwritable or large. None where it is not."""
+    if not isinstance(raw, dict) or raw.get("record") != record_data.RECORD:
         return None
     try:
+        record_data.valid_record(raw)
         return {"step0": record_data.written_step0(raw.get("step0")),
                 "loads": record_data.written_loads(raw.get("loads"))}
     except ValueError:
