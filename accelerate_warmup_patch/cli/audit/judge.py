@@ -19,13 +19,6 @@ from .read import Save, number, read_save
 from .stores import Store
 from .verdicts import AFFECTED, NOT_AFFECTED, RECORD_FILE, UNKNOWN, UNREADABLE
 
-# where each class starts every group on 0.19.8: the param, and its default (None: required); WarmupCosineLR at
-# 0.0 (lr_schedules.py @ v0.19.8: the constructors' defaults, getlr_text() at iteration -1)
-_START: dict[str, tuple[str | None, float | None]] = {
-    "WarmupLR": ("warmup_min_lr", 0.0), "WarmupDecayLR": ("warmup_min_lr", 0.0), "WarmupCosineLR": (None, 0.0),
-    "OneCycle": ("cycle_min_lr", None), "LRRangeTest": ("lr_range_test_min_lr", 1e-3)}
-
-
 
 def blank_report(path: str) -> dict[str, Any]:
     return {
@@ -624,7 +617,7 @@ def step0lrs_text(how: releases.Start, scheduler: str, params: dict[str, Any], l
     """The lr each group ran optimizer step 0 at on a release that starts the class this way, and on 0.19.8
     (every group at its start: warmup_min_lr, 0.0 for WarmupCosineLR, cycle_min_lr for OneCycle). Group 0 runs
     at the optimizer's lr from the config; groups 1+ at their own lr, which no checkpoint holds (None)."""
-    name, default = _START[scheduler]
+    name, default = releases.REFERENCE_STARTS[scheduler]
     start = params.get(name, default) if name else default
     newest = [number(m) for m in start] if isinstance(start, (list, tuple)) else [number(start)] * groups
     newest = (newest + [None] * groups)[:groups]
@@ -643,10 +636,12 @@ def _applied(change: releases.Change, report: dict[str, Any], params: dict[str, 
         peak = releases.warmup_max_lr_default(version)
         lr, groups = report["optimizer_lr"], report["param_groups"]
         if peak is releases.MaxLrDefault.CONSTANT:
-            if lr is not None and lr != 0.001:
-                return True, f"no warmup_max_lr: the warmup peaked at 0.001, 0.19.8 at the optimizer's lr {lr_text(lr)}"
+            if lr is not None and lr != releases.DEFAULT_PEAK:
+                return True, (f"no warmup_max_lr: the warmup peaked at {releases.DEFAULT_PEAK}, 0.19.8 at the "
+                              f"optimizer's lr {lr_text(lr)}")
             if lr is None:
-                return None, "no warmup_max_lr: the peak was 0.001, 0.19.8's is the optimizer's lr (not in the file)"
+                return None, (f"no warmup_max_lr: the peak was {releases.DEFAULT_PEAK}, 0.19.8's is the optimizer's "
+                              "lr (not in the file)")
         if groups is None or groups > 1:
             return None, (f"no warmup_max_lr: the peak was {peak.value}, 0.19.8's is each group's own lr; groups 1+ "
                           "differ unless their lr was that peak (the file does not hold the groups' lrs)")

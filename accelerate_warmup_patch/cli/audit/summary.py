@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, TextIO
 
+from ... import releases
 from .verdicts import AFFECTED, SKIPPED, UNREADABLE, VERDICTS
 
 
@@ -59,7 +60,7 @@ class Summary:
 
 def _release_key(release: str) -> tuple[int, ...]:
     try:
-        return tuple(int(part) for part in release.split(".")[:3])
+        return releases.parse(release)[:3]
     except ValueError:
         return (1 << 30,)
 
