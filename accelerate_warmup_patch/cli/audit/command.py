@@ -15,7 +15,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from . import jobs, parts, runs, summary, writers
+from ..progress import RunCounter
+from . import jobs, parts, runs, writers
 from .judge import judged_report
 from .runs import Options
 from .summary import Summary
@@ -104,7 +105,7 @@ def main(paths: list[str], as_json: bool = False, config_root: str | None = None
     tally = Summary()
     errors: list[str] = []
     stopped: int | None = None
-    progress = summary.Progress()
+    progress = RunCounter()
     with _Signals() as signals:
         if form == JSONL:  # a part that says who it is: --summarize checks the parts (parts.py)
             writer.write(parts.opening(paths, options.shard, options.exclude))
