@@ -17,7 +17,7 @@ from typing import Any
 
 from ..progress import RunCounter
 from . import jobs, parts, runs, writers
-from .judge import judged_report
+from .run_report import judged_report
 from .runs import Options
 from .summary import Summary
 from .writers import JSON, JSONL, TEXT

@@ -42,7 +42,7 @@ class Run:
     notes: tuple[str, ...] = ()  # what finding it met: a `latest` that is not a regular file, say
     engine: str | None = None  # which engine, where the run's folder holds the saves of several
     store: Store = field(default=LOCAL, compare=False)  # where its files are read, with what the walk listed
-    # the other engines' tags in the same folder: a tag name is not proof of which engine saved it (judge.py weighs
+    # the other engines' tags in the same folder: a tag name is not proof of which engine saved it (saves.py weighs
     # those whose model is this engine's, epoch1..epoch4 across an upgrade say)
     siblings: tuple[PurePath, ...] = ()
 
