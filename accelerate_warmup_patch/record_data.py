@@ -56,10 +56,16 @@ SCHEDULER_STEP0S = ("fixed", "warned", "as-release", "earlier-process", "left", 
 def lowest_model_states(folder: str) -> str | None:
     """The name of the lowest-ranked ``*model_states.pt`` in ``folder`` (the file an audit reads), or None."""
     try:
-        names = [name for name in os.listdir(folder) if MODEL_STATES.match(name)]
+        return lowest_ranked(os.listdir(folder))
     except OSError:
         return None
-    return min(names, key=_rank) if names else None
+
+
+def lowest_ranked(names: list[str]) -> str | None:
+    """The lowest-ranked model-states file among ``names`` (a tag folder's listing), or None: the one the record
+    binds and the audit reads."""
+    found = [name for name in names if MODEL_STATES.match(name)]
+    return min(found, key=_rank) if found else None
 
 
 def _rank(name: str) -> tuple[int, ...]:
