@@ -333,3 +333,13 @@ def test_each_module_imports_only_modules_below_it_in_the_table() -> None:
     upward = {name: sorted(_imports(package / name, package) - below[name]) for name in rows
               if (package / name).is_file()}
     assert {name: up for name, up in upward.items() if up} == {}
+
+
+def test_the_audits_field_table_names_every_field_of_a_report_and_no_other() -> None:
+    from accelerate_warmup_patch.cli.audit.judge import blank_row
+
+    text = (ROOT / "docs" / "audit.md").read_text()
+    table = text[text.index("| field (`--json`) | from |"):]
+    table = table[:table.index("\n\n")]
+    named = re.findall(r"`([a-z0-9_]+)`", "\n".join(row.split(" | ")[0] for row in table.splitlines()[2:]))
+    assert sorted(named) == sorted(blank_row("run"))
