@@ -48,9 +48,14 @@ UNBOUND = "unbound"  # the save this one loaded held a record that could not be 
 RECORD_1 = "record-1"  # the save this one loaded held a record 1 (0.5.0): unbound, so a claim
 UNOBSERVED = "unobserved"  # the run started in a patched process that could not watch its first step
 HOWS = (OBSERVED, NO_STEP_YET, UNRECORDED, UNBOUND, RECORD_1, UNOBSERVED)
-# What the patch did to this process's scheduler when it was built (``scheduler.step0``; marks.py writes them):
-# fixed, warned, as-release, earlier-process, left; "unknown" is read too.
-SCHEDULER_STEP0S = ("fixed", "warned", "as-release", "earlier-process", "left", "unknown")
+# What the patch did to this process's scheduler when it was built (``scheduler.step0``; marks.py writes them, the
+# audit reads them). "unknown" is read too.
+FIXED = "fixed"  # changed its build-time behaviour (reset), or stepped it once before the first step (step)
+WARNED = "warned"  # warn mode: reset would have changed it, and nothing was changed
+AS_RELEASE = "as-release"  # fresh when seen, and the release already starts it as the reference does
+EARLIER_PROCESS = "earlier-process"  # had stepped, or was restored, when seen: step 0 ran in an earlier process
+LEFT = "left"  # the patch could not decide, or failed, and left it as the release made it
+SCHEDULER_STEP0S = (FIXED, WARNED, AS_RELEASE, EARLIER_PROCESS, LEFT, "unknown")
 
 
 def lowest_model_states(folder: str) -> str | None:

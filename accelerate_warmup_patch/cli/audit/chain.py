@@ -127,10 +127,10 @@ def _observed(report: dict[str, Any], origin: dict[str, Any], table: list[float 
         return UNKNOWN, f"{ran}; what {releases.NEWEST_DEEPSPEED} runs it at is not known here"
     report["newest_step0_lrs"], report["newest_step0_lr"] = expected, expected[0] if expected else None
     if record_data.same_lrs(lrs, expected):
-        did = {"fixed": ", which fixed it", "as-release": ", which had nothing to change"}.get(
+        did = {record_data.FIXED: ", which fixed it", record_data.AS_RELEASE: ", which had nothing to change"}.get(
             origin.get("patch_did") or "", "")
         return NOT_AFFECTED, f"{ran}{did}: as {releases.NEWEST_DEEPSPEED} runs it"
-    warned = "warned, not fixed: " if origin.get("patch_did") == "warned" else ""
+    warned = "warned, not fixed: " if origin.get("patch_did") == record_data.WARNED else ""
     report["differences"].append(f"{warned}{ran}, {releases.NEWEST_DEEPSPEED} runs it at {lrs_text(expected, None)}")
     return AFFECTED, report["differences"][-1]
 
@@ -190,18 +190,19 @@ def apply_claim(report: dict[str, Any], record: dict[str, Any]) -> None:
     step0, before, after = scheduler["step0"], scheduler["lrs_before"], scheduler["lrs_after"]
     if report["scheduler"] is None:
         report["scheduler"] = scheduler["class"]
-    if step0 == "warned" and before:
+    if step0 == record_data.WARNED and before:
         report["verdict"] = AFFECTED
         report["why"] = (f"warned, not fixed ({who}): step 0 ran at {lrs_text(before, None)}, reset mode would have "
                          f"run it at {lrs_text(after, None)}")
         report["step0_lrs"], report["step0_lr"] = before, before[0]
-    elif step0 in ("fixed", "as-release", "earlier-process") and report["verdict"] != NOT_AFFECTED:
+    elif step0 in (record_data.FIXED, record_data.AS_RELEASE, record_data.EARLIER_PROCESS) and \
+            report["verdict"] != NOT_AFFECTED:
         unpatched = report["verdict"]
         report["verdict"] = UNKNOWN
         report["why"] = (f"{kind} of {who} says step 0 was {step0}, but it is bound to no file, so it proves "
                          f"nothing about these saves; unpatched, this run would be {unpatched}: "
                          f"{report['why'] or 'the files do not say why'}")
         report["step0_lrs"] = report["step0_lr"] = None
-    elif step0 in ("left", "unknown"):
+    elif step0 in (record_data.LEFT, "unknown"):
         report["notes"].append(f"{who} recorded step 0 as {step0!r} ({scheduler['why'] or 'no reason given'}): "
                                "judged from the checkpoint as an unpatched run")
