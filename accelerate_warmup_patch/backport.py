@@ -218,7 +218,7 @@ def _newest_max_lrs_unseen(scheduler: Any, name: str, version: str,
     Raises LookupError where the newest release might peak elsewhere and the instance cannot tell."""
     peaks = [schedules.lr_value(v) for v in scheduler.max_lrs]
     default = installed.max_lr_default()
-    if default is releases.MaxLrDefault.CONSTANT and any(v != 0.001 for v in peaks):
+    if default is releases.MaxLrDefault.CONSTANT and any(v != releases.DEFAULT_PEAK for v in peaks):
         return None  # the default is 0.001 for every group (warmup_max_lr: float = 0.001): a peak was given
     if default is releases.MaxLrDefault.GROUP_0 and (len(peaks) == 1 or len(set(peaks)) > 1):
         # one group: the default, group 0's lr, is the newest's (each group's own); unequal peaks were given

@@ -17,8 +17,9 @@ import json
 import math
 import os
 import re
-import zipfile
-from typing import IO, Any
+from typing import Any
+
+from . import torch_file
 
 RECORD_FILE = "accelerate_warmup_patch.json"
 RECORD = 2  # the record this release writes; 1 was 0.5.0's (unbound)
@@ -33,7 +34,6 @@ MAX_LOADS = 8  # the loads a record lists (newest first): the chain stays this s
 # model-states file the audit reads, so the binding covers them too (docs/mark.md).
 STATES_FILE = re.compile(r"(?:^|[_-])(?:model|optim)_states\.pt$")
 MAX_BOUND_FILES = 1024  # the other states files a record binds (the lowest names): bounded time per save
-MAX_MEMBERS = 1_000_000  # a central directory longer than this is not bound (no torch save holds so many tensors)
 RECORD_BYTES = 64 * 1024  # the bound of a record read back (at a load, and by the audit)
 # the temporary file of a record's atomic write: a name no reader of records matches (it does not end in .json),
 # cleaned by the next write into that folder where a killed process left one
@@ -48,15 +48,29 @@ UNBOUND = "unbound"  # the save this one loaded held a record that could not be 
 RECORD_1 = "record-1"  # the save this one loaded held a record 1 (0.5.0): unbound, so a claim
 UNOBSERVED = "unobserved"  # the run started in a patched process that could not watch its first step
 HOWS = (OBSERVED, NO_STEP_YET, UNRECORDED, UNBOUND, RECORD_1, UNOBSERVED)
+# What the patch did to this process's scheduler when it was built (``scheduler.step0``; marks.py writes them, the
+# audit reads them). "unknown" is read too.
+FIXED = "fixed"  # changed its build-time behaviour (reset), or stepped it once before the first step (step)
+WARNED = "warned"  # warn mode: reset would have changed it, and nothing was changed
+AS_RELEASE = "as-release"  # fresh when seen, and the release already starts it as the reference does
+EARLIER_PROCESS = "earlier-process"  # had stepped, or was restored, when seen: step 0 ran in an earlier process
+LEFT = "left"  # the patch could not decide, or failed, and left it as the release made it
+SCHEDULER_STEP0S = (FIXED, WARNED, AS_RELEASE, EARLIER_PROCESS, LEFT, "unknown")
 
 
 def lowest_model_states(folder: str) -> str | None:
     """The name of the lowest-ranked ``*model_states.pt`` in ``folder`` (the file an audit reads), or None."""
     try:
-        names = [name for name in os.listdir(folder) if MODEL_STATES.match(name)]
+        return lowest_ranked(os.listdir(folder))
     except OSError:
         return None
-    return min(names, key=_rank) if names else None
+
+
+def lowest_ranked(names: list[str]) -> str | None:
+    """The lowest-ranked model-states file among ``names`` (a tag folder's listing), or None: the one the record
+    binds and the audit reads."""
+    found = [name for name in names if MODEL_STATES.match(name)]
+    return min(found, key=_rank) if found else None
 
 
 def _rank(name: str) -> tuple[int, ...]:
@@ -70,16 +84,6 @@ def members_digest(members: list[tuple[str, int, int]]) -> str:
     for name, crc, size in sorted(members):
         hasher.update(f"{name}\0{crc:08x}\0{size}\n".encode("utf-8", "surrogateescape"))
     return "sha256:" + hasher.hexdigest()
-
-
-def zip_members(file: IO[bytes]) -> list[tuple[str, int, int]]:
-    """Each member of the zip ``file`` as (name, CRC-32, size), from its central directory alone; raises
-    ``zipfile.BadZipFile`` (or OSError) for a file that is not a zip, torch's legacy format among them."""
-    with zipfile.ZipFile(file) as archive:
-        infos = archive.infolist()
-        if len(infos) > MAX_MEMBERS:
-            raise zipfile.BadZipFile(f"more than {MAX_MEMBERS} members")
-        return [(info.filename, info.CRC, info.file_size) for info in infos]
 
 
 def binding(name: str, size: int, members: list[tuple[str, int, int]]) -> dict[str, Any]:
@@ -107,32 +111,32 @@ UNREADABLE = "?"  # the members' digest of another states file that could not be
 
 def bind(folder: str) -> dict[str, Any]:
     """``bound_to`` for the lowest-ranked model-states file in ``folder`` and the other states files beside it,
-    read back now; where the model states cannot be read back as a zip, ``{"file": None, "unbound": why}``."""
+    read back now by the audit's own reader (torch_file) under its bounds, so that a record is never bound to a file
+    the audit cannot read; where the model states cannot be read back as a zip, ``{"file": None, "unbound": why}``."""
     name = lowest_model_states(folder)
     if name is None:
         return unbound(f"no *model_states.pt in {os.path.basename(folder) or folder}")
     try:
-        size, members = _read_members(os.path.join(folder, name))
-    except (OSError, zipfile.BadZipFile, ValueError) as error:
-        return unbound(f"{name} cannot be read back as a zip ({type(error).__name__}: {str(error)[:200]}; torch's "
-                       "legacy format, or a file not yet complete)")
-    bound = binding(name, size, members)
+        directory = torch_file.zip_directory(os.path.join(folder, name))
+    except (OSError, torch_file.Unreadable) as error:
+        return unbound(_not_a_zip(name, type(error).__name__, str(error)))
+    if not directory.zip:
+        return unbound(_not_a_zip(name, "BadZipFile", directory.why))
+    bound = binding(name, directory.size, directory.members)
     facts: list[tuple[str, int, str | None]] = []
     for other in other_states(os.listdir(folder), name):
         try:
-            other_size, other_members = _read_members(os.path.join(folder, other))
-            facts.append((other, other_size, members_digest(other_members)))
-        except zipfile.BadZipFile:
-            facts.append((other, os.path.getsize(os.path.join(folder, other)), None))
-        except (OSError, ValueError):
+            found = torch_file.zip_directory(os.path.join(folder, other))
+            facts.append((other, found.size, members_digest(found.members) if found.zip else None))
+        except (OSError, torch_file.Unreadable):
             facts.append((other, -1, UNREADABLE))
     bound["others"] = others_binding(facts)
     return bound
 
 
-def _read_members(path: str) -> tuple[int, list[tuple[str, int, int]]]:
-    with open(path, "rb") as file:
-        return os.fstat(file.fileno()).st_size, zip_members(file)
+def _not_a_zip(name: str, kind: str, why: str) -> str:
+    return (f"{name} cannot be read back as a zip ({kind}: {why[:200]}; torch's legacy format, or a file not yet "
+            "complete)")
 
 
 def unbound(why: str) -> dict[str, Any]:
@@ -244,6 +248,13 @@ def _refuse_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON (a record writes a non-finite lr as a string)")
 
 
+def scheduler_type(config: Any) -> str | None:
+    """The scheduler class a ds_config names (``scheduler.type``), cut at 200 characters; None where it names none."""
+    block = config.get("scheduler") if isinstance(config, dict) else None
+    kind = block.get("type") if isinstance(block, dict) else None
+    return kind[:_TEXT] if isinstance(kind, str) else None
+
+
 def step_count(value: Any) -> int | None:
     """A step count a record holds (an int from 0 to 2**63 - 1, not a bool); None for anything else."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value.bit_length() > 63:
@@ -294,3 +305,104 @@ def written_loads(loads: Any) -> list[dict[str, Any]]:
     if not isinstance(loads, list) or not all(isinstance(hop, dict) for hop in loads):
         raise ValueError("loads is not a list of objects")
     return [{key: scalar(hop[key]) for key in HOP_KEYS if key in hop} for hop in loads[:MAX_LOADS]]
+
+
+# The record as read back --------------------------------------------------------------------------------
+
+def valid_record(raw: Any) -> dict[str, Any]:
+    """Record 1 or 2 with every field of the right type, its lrs decoded: the one check of a record, by the job
+    before it carries a loaded record's step0 and loads, and by the audit; raises ValueError naming the first field
+    that is not (a value nested too deep to write as text among them)."""
+    try:
+        return _valid_record(raw)
+    except (RecursionError, TypeError, KeyError) as error:
+        raise ValueError(f"not a record's shape ({type(error).__name__})") from None
+
+
+def _valid_record(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict) or raw.get("record") not in (1, RECORD) or \
+            isinstance(raw.get("record"), bool):
+        raise ValueError(f"record {raw.get('record') if isinstance(raw, dict) else None!r}, not 1 or 2")
+    if raw.get("package") != PACKAGE:
+        raise ValueError("not accelerate-warmup-patch's")
+    record: dict[str, Any] = {key: raw.get(key) for key in ("record", "version", "mode", "deepspeed", "reference")}
+    if not all(isinstance(record[key], str) for key in ("version", "mode", "deepspeed", "reference")):
+        raise ValueError("version, mode, deepspeed and reference must be strings")
+    record["global_steps"] = _count(raw.get("global_steps"), "global_steps")
+    record["scheduler"] = _valid_scheduler(raw.get("scheduler"))
+    if record["record"] == RECORD:
+        record["bound_to"] = _valid_binding(raw.get("bound_to"))
+        record["first_step"] = _valid_first_step(raw.get("first_step"))
+        record["step0"] = _valid_step0(raw.get("step0"))
+        record["loads"] = [{key: hop.get(key) for key in ("tag", "deepspeed", "global_steps", "record", "bound")}
+                           for hop in written_loads(raw.get("loads"))]
+    return record
+
+
+def _count(value: Any, name: str) -> int:
+    count = step_count(value)
+    if count is None:
+        raise ValueError(f"{name} is not a step count")
+    return count
+
+
+def _lrs(value: Any, name: str, optional: bool = True) -> list[float] | None:
+    if value is None and optional:
+        return None
+    lrs = decode_lrs(value)
+    if lrs is None:
+        raise ValueError(f"{name} is not a list of lrs (numbers, or \"nan\", \"inf\", \"-inf\")")
+    return lrs
+
+
+def _valid_scheduler(scheduler: Any) -> dict[str, Any] | None:
+    if scheduler is None:
+        return None
+    if not isinstance(scheduler, dict) or scheduler.get("step0") not in SCHEDULER_STEP0S:
+        raise ValueError(f"scheduler.step0 is not one of {', '.join(SCHEDULER_STEP0S)}")
+    if not isinstance(scheduler.get("class"), str):
+        raise ValueError("scheduler.class is not a string")
+    return {"class": scheduler["class"][:200], "step0": scheduler["step0"],
+            "lrs_before": _lrs(scheduler.get("lrs_before"), "scheduler.lrs_before"),
+            "lrs_after": _lrs(scheduler.get("lrs_after"), "scheduler.lrs_after"),
+            "why": str(scheduler.get("why") or "")[:1000]}
+
+
+def _valid_binding(bound_to: Any) -> dict[str, Any]:
+    if not isinstance(bound_to, dict):
+        raise ValueError("bound_to is not an object")
+    if bound_to.get("file") is None:
+        return unbound(str(bound_to.get("unbound") or "no reason given")[:1000])
+    if not isinstance(bound_to.get("file"), str) or not isinstance(bound_to.get("digest"), str):
+        raise ValueError("bound_to.file and bound_to.digest must be strings")
+    valid = {"file": bound_to["file"][:200], "size": _count(bound_to.get("size"), "bound_to.size"),
+             "members": _count(bound_to.get("members"), "bound_to.members"), "digest": bound_to["digest"][:100]}
+    others = bound_to.get("others")
+    if others is not None:  # absent from 0.6.0's records
+        if not isinstance(others, dict) or not isinstance(others.get("digest"), str):
+            raise ValueError("bound_to.others is not an object with a digest")
+        valid["others"] = {"files": _count(others.get("files"), "bound_to.others.files"),
+                           "digest": others["digest"][:100]}
+    return valid
+
+
+def _valid_first_step(first: Any) -> dict[str, Any] | None:
+    if first is None:
+        return None
+    if not isinstance(first, dict) or not isinstance(first.get("observed"), bool):
+        raise ValueError("first_step is not an object with observed true or false")
+    if not first["observed"]:
+        return {"observed": False, "why": str(first.get("why") or "")[:1000]}
+    return {"observed": True, "lrs": _lrs(first.get("lrs"), "first_step.lrs", optional=False),
+            "global_steps": _count(first.get("global_steps"), "first_step.global_steps")}
+
+
+def _valid_step0(step0: Any) -> dict[str, Any]:
+    """The run's step 0 as the record tells it (record_data's ``how``s), in the shape a record writes it and as the
+    job that resumes from it carries it (written_step0), every key present and the lrs decoded."""
+    shaped = written_step0(step0)
+    valid = {key: shaped.get(key) for key in STEP0_KEYS}
+    valid["why"] = str(valid["why"] or "")
+    for key in ("lrs", "expected"):
+        valid[key] = _lrs(valid[key], f"step0.{key}")
+    return valid

@@ -178,6 +178,16 @@ WARMUP_MAX_LR_DEFAULTS: tuple[Fact[MaxLrDefault], ...] = (
     Fact("WarmupLR", Span("0.19.4", None), MaxLrDefault.EACH_GROUP,
          f"{_LR_SCHEDULES} @ v0.19.4 (PR #8171): [group['lr'] for group in groups]"),
 )
+# the peak of MaxLrDefault.CONSTANT (lr_schedules.py @ v0.9.0..v0.17.1: warmup_max_lr: float = 0.001), and
+# WarmupDecayLR's own default on every release (see _NOT_INHERITED below)
+DEFAULT_PEAK = 0.001
+
+# where the reference release starts every group of each class when it is built: the constructor's param, and
+# its default (None: required); WarmupCosineLR at 0.0 (lr_schedules.py @ v0.19.8: the constructors' defaults,
+# get_lr() at iteration -1)
+REFERENCE_STARTS: MappingProxyType[str, tuple[str | None, float | None]] = MappingProxyType({
+    "WarmupLR": ("warmup_min_lr", 0.0), "WarmupDecayLR": ("warmup_min_lr", 0.0), "WarmupCosineLR": (None, 0.0),
+    "OneCycle": ("cycle_min_lr", None), "LRRangeTest": ("lr_range_test_min_lr", 1e-3)})
 
 
 @dataclass(frozen=True)

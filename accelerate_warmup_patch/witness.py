@@ -22,10 +22,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import record_data, schedules
+from . import record_data, schedules, torch_file
 from .state import STATE
-
-RECORD_BYTES = record_data.RECORD_BYTES  # the bound of a record read back at load (the audit's too)
 
 
 @dataclass
@@ -167,16 +165,10 @@ def loaded(engine: Any, load_path: Any, client_state: Any) -> None:
     version = state.get("ds_version") if isinstance(state.get("ds_version"), str) else None
     steps = _count(getattr(engine, "global_steps", None))
     hop: dict[str, Any] = {"tag": os.path.basename(folder), "deepspeed": version, "global_steps": steps,
-                           "scheduler": _scheduler_type(state.get("ds_config")), "record": None}
+                           "scheduler": record_data.scheduler_type(state.get("ds_config")), "record": None}
     story, earlier = _story(folder, hop)
     STATE.carried[id(engine)] = Carried(steps, story, [hop, *earlier][:record_data.MAX_LOADS])
     watch(engine, again=True)
-
-
-def _scheduler_type(config: Any) -> str | None:
-    block = config.get("scheduler") if isinstance(config, dict) else None
-    kind = block.get("type") if isinstance(block, dict) else None
-    return kind[:200] if isinstance(kind, str) else None
 
 
 def _story(folder: str, hop: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -193,7 +185,7 @@ def _story(folder: str, hop: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
                        "by 0.4.0 or older"}, []
     try:
         raw = _read_record(path)
-    except (OSError, ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
+    except (torch_file.Unreadable, ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
         return {"how": record_data.UNRECORDED, **base,
                 "why": f"the record beside the save it resumed from ({hop['tag']}) cannot be read ({error})"}, []
     hop["record"] = raw.get("record") if isinstance(raw, dict) else None
@@ -238,7 +230,7 @@ def _copied_from(folder: str, base: dict[str, Any]) -> tuple[dict[str, Any], lis
         record_path = os.path.join(parent, name, record_data.RECORD_FILE)
         try:
             raw = _read_record(record_path) if os.path.isfile(record_path) else None
-        except (OSError, ValueError, RecursionError):
+        except (torch_file.Unreadable, ValueError, RecursionError):
             continue
         valid = _valid_record_2(raw)
         if valid is None or not isinstance(raw, dict) or \
@@ -255,29 +247,19 @@ def _copied_from(folder: str, base: dict[str, Any]) -> tuple[dict[str, Any], lis
 
 
 def _read_record(path: str) -> Any:
-    """A record as JSON, read from a regular file of at most RECORD_BYTES, never blocking on a FIFO."""
-    import stat
-
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        raise ValueError("not a regular file")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-            raise ValueError("not a regular file")
-        data = file.read(RECORD_BYTES + 1)
-    if len(data) > RECORD_BYTES:
-        raise ValueError(f"more than {RECORD_BYTES} bytes")
-    return record_data.parse(data)
+    """A record as JSON, read as the audit reads it: a regular file of at most RECORD_BYTES, never blocking on a
+    FIFO; raises torch_file.Unreadable, or ValueError where it is not JSON."""
+    return record_data.parse(torch_file.read_capped(path, record_data.RECORD_BYTES))
 
 
 def _valid_record_2(raw: Any) -> dict[str, Any] | None:
-    """A record 2's step0 and loads, rebuilt in the shape this process writes them (record_data.written_step0):
-    what it carries into its own records cannot make them unwritable or large. None where they are not record 2's
-    shape."""
-    if not isinstance(raw, dict) or raw.get("record") != record_data.RECORD or raw.get("package") != \
-            record_data.PACKAGE:
+    """A record 2's step0 and loads, where the whole record is one the audit accepts (record_data.valid_record),
+    rebuilt in the shape this process writes them (record_data.written_step0): a job carries exactly what the audit
+    would read, and nothing that could make its own records unwritable or large. None where it is not."""
+    if not isinstance(raw, dict) or raw.get("record") != record_data.RECORD:
         return None
     try:
+        record_data.valid_record(raw)
         return {"step0": record_data.written_step0(raw.get("step0")),
                 "loads": record_data.written_loads(raw.get("loads"))}
     except ValueError:

@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from .progress import say
+
 RESULT = "AWP-RESULT "
 # A terminal's counter moves every second; a log gets a "still" line at most this many seconds apart.
 TICK_S = 1.0
@@ -140,7 +142,7 @@ def progress(proc: subprocess.Popen[str], timeout: float | None, doing: str) -> 
     stream = sys.stderr
     terminal = stream is not None and stream.isatty()
     started = time.monotonic()
-    _write(f"{doing} ...", terminal, end=not terminal)
+    say(f"{doing} ...", terminal, end=not terminal)
     while True:
         elapsed = time.monotonic() - started
         wait = TICK_S if terminal else QUIET_S
@@ -151,19 +153,11 @@ def progress(proc: subprocess.Popen[str], timeout: float | None, doing: str) -> 
         except subprocess.TimeoutExpired:
             elapsed = time.monotonic() - started
             if timeout is not None and elapsed >= timeout:
-                _write(f"{doing}: stopped after {elapsed:.0f} s", terminal, end=True)
+                say(f"{doing}: stopped after {elapsed:.0f} s", terminal, end=True)
                 raise subprocess.TimeoutExpired(proc.args, timeout) from None
-            _write(f"{doing} ... {elapsed:.0f} s" if terminal else f"  still {doing}: {elapsed:.0f} s so far",
+            say(f"{doing} ... {elapsed:.0f} s" if terminal else f"  still {doing}: {elapsed:.0f} s so far",
                    terminal, end=not terminal)
             continue
         if terminal:
-            _write(f"{doing}: {time.monotonic() - started:.0f} s", terminal, end=True)
+            say(f"{doing}: {time.monotonic() - started:.0f} s", terminal, end=True)
         return out, err
-
-
-def _write(text: str, terminal: bool, end: bool) -> None:
-    """A line on stderr; on a terminal each write replaces the line in place until one ends it."""
-    if sys.stderr is None:
-        return
-    sys.stderr.write(("\r\x1b[K" if terminal else "") + text + ("\n" if end else ""))
-    sys.stderr.flush()

@@ -276,3 +276,31 @@ def test_a_part_line_with_the_wrong_types_is_a_broken_line_not_a_traceback(tmp_p
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc
     assert "3 lines that are not a report or a part's opening or closing line" in proc.stderr
     assert "cut short: no closing line after 2 reports" in proc.stderr, proc.stderr
+
+
+def _stderr_of_a_terminal(args: list[str]) -> str:
+    """What the audit writes to stderr when stderr is a terminal (a pseudo-terminal) and stdout a pipe."""
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        subprocess.run(command(*args), env=_env(), stdout=subprocess.PIPE, stderr=follower, timeout=LIMIT_S)
+    finally:
+        os.close(follower)
+    out = b""
+    try:
+        while chunk := os.read(leader, 65536):
+            out += chunk
+    except OSError:  # EIO: the terminal's other end is closed and everything was read
+        pass
+    finally:
+        os.close(leader)
+    return out.decode("utf-8", "replace")
+
+
+def test_a_terminal_sees_one_progress_line_of_the_runs_judged_and_a_pipe_none(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        files.write_run(tmp_path / name)
+    seen = _stderr_of_a_terminal([str(tmp_path)])
+    assert "judged 1 run, found " in seen and seen.endswith("\r\x1b[K"), repr(seen)  # cleared at the end
+    assert "judged" not in audit(str(tmp_path)).stderr

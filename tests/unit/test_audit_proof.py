@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parents[2]))
 import audit_files as files
 from audit_files import audit, one
 
-from accelerate_warmup_patch import marks, record_data, witness
+from accelerate_warmup_patch import marks, record_data, torch_file, witness
 from accelerate_warmup_patch.cli.audit import find
 from accelerate_warmup_patch.state import STATE
 
@@ -77,6 +77,25 @@ def test_the_binding_is_the_zip_members_crcs_and_sizes_and_holds_across_a_copy(t
     other = record_data.bind(str(tmp_path / "rerun" / "global_step6"))
     assert not record_data.same_binding(bound, other)
     assert "digest" in record_data.binding_problem(bound, other) or "bytes" in record_data.binding_problem(bound, other)
+
+
+def test_the_writer_binds_no_file_whose_zip_directory_the_audit_refuses(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # one bound on a zip's central directory (torch_file.DIRECTORY_BYTES) for the writer and the audit: at the
+    # bound both read the file; one byte under it the writer leaves the record unbound and the audit names the bound
+    patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    model_states = tmp_path / "run" / "global_step6" / "mp_rank_00_model_states.pt"
+    with model_states.open("rb") as file:
+        directory = torch_file._directory(file)[0]
+    monkeypatch.setattr(torch_file, "DIRECTORY_BYTES", len(directory))
+    assert record_data.bind(str(model_states.parent))["file"] == model_states.name
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "not affected", report
+    monkeypatch.setattr(torch_file, "DIRECTORY_BYTES", len(directory) - 1)
+    assert record_data.bind(str(model_states.parent))["file"] is None
+    assert f"past {len(directory) - 1}" in record_data.bind(str(model_states.parent))["unbound"]
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "unreadable" and f"past {len(directory) - 1}" in report["why"], report
 
 
 def _zero3_save(save_dir: Path, lr: float) -> Path:
@@ -419,6 +438,59 @@ def test_a_loaded_record_carries_only_the_shape_the_job_writes(tmp_path: Path, m
     assert carried.loads[2] == {"tag": None, "deepspeed": "0.15.2", "global_steps": None, "record": 2, "bound": True}
     written = json.dumps({"step0": carried.step0, "loads": carried.loads})
     assert len(written) < 4096, len(written)
+
+
+# One record 2 and what is changed in it: whether the job carries it and the audit reads it must agree (#48)
+_CORPUS: dict[str, tuple[dict[str, Any], bool]] = {
+    "as written": ({}, True),
+    "no scheduler": ({"scheduler": None}, True),
+    "first step observed": ({"first_step": {"observed": True, "lrs": [0.0], "global_steps": 0}}, True),
+    "first step not observed": ({"first_step": {"observed": False, "why": "no hook"}}, True),
+    "a load before": ({"loads": [{"tag": "t", "deepspeed": "0.15.2", "global_steps": 3, "record": 2,
+                                  "bound": True}]}, True),
+    "step 0 at nan": ({"step0": observed(["nan"], None)}, True),
+    "no step yet": ({"step0": {"how": "no-step-yet", "deepspeed": "0.15.2"}}, True),
+    "version not a string": ({"version": 6}, False),
+    "no mode": ({"mode": None}, False),
+    "reference not a string": ({"reference": ["0.19.8"]}, False),
+    "global_steps negative": ({"global_steps": -1}, False),
+    "scheduler.step0 unknown word": ({"scheduler": {"class": "WarmupLR", "step0": "healed"}}, False),
+    "scheduler.class not a string": ({"scheduler": {"class": 3, "step0": "fixed"}}, False),
+    "scheduler.lrs_before not lrs": ({"scheduler": {"class": "WarmupLR", "step0": "fixed", "lrs_before": "0"}}, False),
+    "bound_to not an object": ({"bound_to": "mp_rank_00"}, False),
+    "first_step observed without lrs": ({"first_step": {"observed": True, "global_steps": 0}}, False),
+    "first_step.observed not a bool": ({"first_step": {"observed": "yes"}}, False),
+    "step0.how unknown": ({"step0": {"how": "guessed"}}, False),
+    "observed step0 without its release": ({"step0": {**observed([0.0], [0.0]), "deepspeed": None}}, False),
+    "step0.lrs not lrs": ({"step0": observed(["0.0"], None)}, False),
+    "loads not a list": ({"loads": {"tag": "t"}}, False),
+    "package another's": ({"package": "someone-else"}, False),
+    "record 3": ({"record": 3}, False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_CORPUS))
+def test_a_record_the_job_carries_is_exactly_a_record_the_audit_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      case: str) -> None:
+    monkeypatch.setattr(STATE, "carried", {})
+    monkeypatch.setattr(STATE, "watches", {})
+    change, valid = _CORPUS[case]
+    folder = patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    record = {**json.loads((folder / record_data.RECORD_FILE).read_text()), **change}
+    carried = _carried_after_loading(folder, record)  # the job, at a load
+    _, report = one(tmp_path / "run")  # the audit
+    assert (report["record"] is not None) is valid, report
+    assert (carried.step0["how"] == record["step0"]["how"]) is valid, carried
+    if not valid:
+        assert "not one this release reads" in carried.step0["why"], carried
+        assert any("not a record this audit reads" in note for note in report["notes"]), report
+
+
+def test_every_word_the_job_writes_for_its_scheduler_is_the_records_word() -> None:
+    # marks.py still names them itself (it is being changed beside #48); the words must stay the record's
+    written = (marks.FIXED, marks.WARNED, marks.AS_RELEASE, marks.EARLIER_PROCESS, marks.LEFT)
+    assert written == (record_data.FIXED, record_data.WARNED, record_data.AS_RELEASE, record_data.EARLIER_PROCESS,
+                       record_data.LEFT)
 
 
 def test_a_records_temporary_file_is_named_as_partial_and_a_stale_one_is_removed(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parents[2]))
 import audit_files as files
 
 from accelerate_warmup_patch import record_data
-from accelerate_warmup_patch.cli.audit import report, stores
+from accelerate_warmup_patch.cli.audit import command, stores, writers
 
 fsspec = pytest.importorskip("fsspec", reason="fsspec (nox -s unit installs it)")
 
@@ -30,7 +30,7 @@ fsspec = pytest.importorskip("fsspec", reason="fsspec (nox -s unit installs it)"
 def audit(*paths: str) -> tuple[int, list[dict[str, Any]], str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = report.main(list(paths), form=report.JSONL)
+        code = command.main(list(paths), form=writers.JSONL)
     reports = [r for r in map(json.loads, out.getvalue().splitlines()) if "verdict" in r]  # not the part's lines
     return code, reports, err.getvalue()
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[2]))
 import audit_files as files
 
-from accelerate_warmup_patch.cli.audit import checkpoint_pickle
+from accelerate_warmup_patch.cli.audit import checkpoint_pickle, pickle_scan
 from accelerate_warmup_patch.cli.audit.checkpoint_pickle import Unreadable
 
 
@@ -28,7 +28,7 @@ def verdict(scan: Any, data: bytes, start: int = 0) -> int | str:
 
 
 def same_as_full_scan(data: bytes) -> None:
-    full = verdict(checkpoint_pickle._scan, data)
+    full = verdict(pickle_scan.full_scan, data)
     skimmed = verdict(checkpoint_pickle.scan, data)
     assert skimmed == full, (data[:80], skimmed, full)
 
@@ -87,8 +87,8 @@ def test_damaged_copies_of_a_real_pickle_load_as_without_the_skim(monkeypatch: p
             del damaged[rng.randrange(len(damaged)):]
         copies.append(bytes(damaged))
     skimmed = [loaded(copy) for copy in copies]
-    monkeypatch.setitem(checkpoint_pickle.BOUNDS, "memo", checkpoint_pickle._SKIM_MEMO - 1)  # no skim
-    bound = f"past {checkpoint_pickle._SKIM_MEMO - 1} "
+    monkeypatch.setitem(checkpoint_pickle.BOUNDS, "memo", pickle_scan._SKIM_MEMO - 1)  # no skim
+    bound = f"past {pickle_scan._SKIM_MEMO - 1} "
     for copy, outcome in zip(copies, skimmed):
         assert outcome == loaded(copy).replace(bound, "past 4000000 "), copy
 
@@ -96,5 +96,5 @@ def test_damaged_copies_of_a_real_pickle_load_as_without_the_skim(monkeypatch: p
 def test_the_legacy_formats_pickles_in_a_row_skim_to_each_end() -> None:
     first, second = pickle.dumps(checkpoint_pickle.LEGACY_MAGIC, 2), pickle.dumps({"x": [1, 2, 3]}, 2)
     data = first + second
-    assert checkpoint_pickle.scan(data) == checkpoint_pickle._scan(data, 0) == len(first)
-    assert checkpoint_pickle.scan(data, len(first)) == checkpoint_pickle._scan(data, len(first)) == len(data)
+    assert checkpoint_pickle.scan(data) == pickle_scan.full_scan(data, 0) == len(first)
+    assert checkpoint_pickle.scan(data, len(first)) == pickle_scan.full_scan(data, len(first)) == len(data)

@@ -1,4 +1,4 @@
-"""checkpoint_pickle reads a zip's data.pkl as zipfile does (zipfile is the oracle: the one seam): the same bytes
+"""torch_file reads a zip's data.pkl as zipfile does (zipfile is the oracle: the one seam): the same bytes
 where zipfile reads them, and a refusal where it refuses; on archives torch's way, with a comment, bytes before
 the archive, zip64 records, deflate, and thousands of damaged copies. The one difference allowed: a damaged extra
 field or zip version of another member, which zipfile checks for every member and the audit, reading one, does
@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[2]))
 import audit_files as files
 
+from accelerate_warmup_patch import torch_file
 from accelerate_warmup_patch.cli.audit import checkpoint_pickle
 from accelerate_warmup_patch.cli.audit.checkpoint_pickle import Unreadable
 
@@ -35,7 +36,7 @@ def by_zipfile(archive: bytes) -> bytes | str:
 
 def by_audit(archive: bytes) -> bytes | str:
     try:
-        return checkpoint_pickle._data_pkl(io.BytesIO(archive))
+        return torch_file.data_pkl(io.BytesIO(archive), checkpoint_pickle.BOUNDS["pickle_bytes"])
     except (Unreadable, Exception) as error:
         return f"refused: {error}"
 

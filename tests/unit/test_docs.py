@@ -280,3 +280,64 @@ def test_the_readmes_newest_row_is_the_newest_releases_recorded_run() -> None:
     row = next(line for line in README.read_text(encoding="utf-8").splitlines() if line.startswith(f"| {name} |"))
     lrs = [[float(cell.strip().strip("*"))] for cell in row.strip("|").split("|")[1:5]]
     assert lrs == golden["runs"]["deepspeed:WarmupLR-linear:g0.001:ga1:z0"][:4], row
+
+
+# docs/how-it-works.md's map: a row per file of the package, and at most 25 house words -------------------------
+
+HOW_IT_WORKS = ROOT / "docs" / "how-it-works.md"
+
+
+def _section(title: str) -> str:
+    text = HOW_IT_WORKS.read_text()
+    start = text.index(f"\n## {title}\n")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def test_the_module_table_has_a_row_for_every_file_of_the_package_and_no_other() -> None:
+    package = ROOT / "accelerate_warmup_patch"
+    files = {str(path.relative_to(package)) for path in package.rglob("*.py")}
+    rows = re.findall(r"^\| `([^`]+\.py)` \|", _section("The modules"), re.M)
+    assert len(rows) == len(set(rows)), rows
+    assert sorted(files - set(rows)) == [], "a file without its row"
+    assert sorted(set(rows) - files) == [], "a row without its file"
+
+
+def test_the_glossary_holds_at_most_25_words() -> None:
+    words = re.findall(r"^- \*\*(.+?)\*\*", _section("Words"), re.M)
+    assert 0 < len(words) <= 25, words
+
+
+def _imports(path: Path, package: Path) -> set[str]:
+    """The package's modules ``path`` imports (relative imports, lazy ones too), as the table names them."""
+    import ast
+
+    parts = path.parent.relative_to(package).parts
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = list(parts[:len(parts) - (node.level - 1)]) + (node.module.split(".") if node.module else [])
+            names: list[str] = [] if node.module else [alias.name for alias in node.names]
+            for where in [package.joinpath(*base, name) for name in names] or [package.joinpath(*base)]:
+                module = where / "__init__.py" if where.is_dir() else where.with_suffix(".py")
+                if module.is_file() and module != package / "__init__.py":  # __version__: the one import up
+                    found.add(str(module.relative_to(package)))
+    return found
+
+
+def test_each_module_imports_only_modules_below_it_in_the_table() -> None:
+    package = ROOT / "accelerate_warmup_patch"
+    rows = re.findall(r"^\| `([^`]+\.py)` \|", _section("The modules"), re.M)
+    below = {name: set(rows[index + 1:]) for index, name in enumerate(rows)}
+    upward = {name: sorted(_imports(package / name, package) - below[name]) for name in rows
+              if (package / name).is_file()}
+    assert {name: up for name, up in upward.items() if up} == {}
+
+
+def test_the_audits_field_table_names_every_field_of_a_report_and_no_other() -> None:
+    from accelerate_warmup_patch.cli.audit.judge import blank_row
+
+    text = (ROOT / "docs" / "audit.md").read_text()
+    table = text[text.index("| field (`--json`) | from |"):]
+    table = table[:table.index("\n\n")]
+    named = re.findall(r"`([a-z0-9_]+)`", "\n".join(row.split(" | ")[0] for row in table.splitlines()[2:]))
+    assert sorted(named) == sorted(blank_row("run"))

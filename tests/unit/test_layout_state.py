@@ -3,8 +3,8 @@
 A runtime module (the package's own files, not the command line in cli/) may bind at its top level only what
 cannot change: constants and f-strings, tuples and frozensets of them, read-only mappings
 (``types.MappingProxyType``), instances of the package's frozen dataclasses and enums, compiled regular
-expressions, type aliases and type variables, and the logging objects a library makes once (a logger, a
-handler, a formatter). A value whose annotation says it is a tuple or a frozenset is checked by the type
+expressions and struct layouts, type aliases and type variables, and the logging objects a library makes once
+(a logger, a handler, a formatter). A value whose annotation says it is a tuple or a frozenset is checked by the type
 checker, so it is allowed too. Any other value (a list, a dict, a set, an instance of anything else) is
 mutable state, and so is a ``global`` statement: both belong in state.py's ``STATE``. The start-up module
 keeps its hooks' bookkeeping (``_pending`` and the rest): it must exist before anything else of the package is
@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "accelerate_warmup_patch"
 OWNER = "state.py"
 # the start-up module's post-import hooks (issue 36: they may stay where the start-up budget needs them)
 START_UP_HOOKS = {("__init__.py", name) for name in ("_pending", "_ran", "_importers", "_lock", "_looking_up")}
-CALLS = {"frozenset", "tuple", "MappingProxyType", "types.MappingProxyType", "re.compile", "TypeVar",
+CALLS = {"frozenset", "tuple", "MappingProxyType", "types.MappingProxyType", "re.compile", "struct.Struct", "TypeVar",
          "logging.getLogger", "logging.StreamHandler", "logging.Formatter"}
 IMMUTABLE_ANNOTATIONS = ("tuple", "frozenset", "str", "int", "float", "bool")
 

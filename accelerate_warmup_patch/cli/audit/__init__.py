@@ -14,16 +14,20 @@ called, no tensor data is read, every read is bounded).
 Every PATH, run and folder that could not be read gets its line; a file's failure is its run's ``unreadable``.
 
 The subpackage, one job a module, imports pointing down: ``verdicts`` (the names), ``checkpoint_pickle`` (a torch
-file read as data, every bound in one place), ``find`` (the runs under a PATH), ``read`` (one save's facts),
-``stores`` (where a run's files are read), ``judge`` (one run's verdict), ``summary`` (the counts at the end),
-``jobs`` (runs judged in worker processes), ``parts`` (a part's opening and closing lines, and the merge of
-parts), ``report`` (the command: reports written as they come).
+file read as data through the package's ``torch_file``; ``pickle_scan`` its bounds), ``find`` (the runs under a
+PATH), ``read`` (one save's facts), ``stores`` (where a run's files are read), ``judge`` (the guard table's verdict
+on one save), ``chain`` (step 0 from a bound record's chain), ``saves`` (every save in a folder counts),
+``run_report`` (one run's verdict and report), ``summary`` (the counts at the end), ``jobs`` (runs judged in worker
+processes), ``parts`` (a part's opening and closing lines, and the merge of parts), ``runs`` (the runs one audit
+reports: each once, this shard's), ``writers`` (one per output kind), ``command`` (the command: reports written as
+they come).
 """
 
 from __future__ import annotations
 
+from .command import audit, main
 from .parts import summarize
-from .report import Options, audit, main
+from .runs import Options
 from .verdicts import AFFECTED, NOT_AFFECTED, SKIPPED, UNKNOWN, UNREADABLE
 
 __all__ = ["AFFECTED", "NOT_AFFECTED", "SKIPPED", "UNKNOWN", "UNREADABLE", "Options", "audit", "main",

@@ -11,192 +11,46 @@ at data: torch's tensor rebuilds (a tensor is its shape and storage dtype; no st
 
 Bounds, so that a hostile or broken file costs seconds and tens of MB at most (``BOUNDS``): the bytes of a pickle
 (a zip member's declared size and the bytes it really holds, read in chunks), and a scan of its opcodes before
-anything is built (opcodes, objects built, stack depth, memo indices, distinct globals, digits of a number in
-text). Past a bound the file is ``Unreadable``, naming the bound. Nesting is bounded where the data is used
+anything is built (``pickle_scan``: opcodes, objects built, stack depth, memo indices, distinct globals, digits of
+a number in text). Past a bound the file is ``Unreadable``, naming the bound. Nesting is bounded where the data is used
 (``plain``): the unpickler itself builds deep nests without recursion.
 
 Both formats torch writes: the zip archive (``<name>/data.pkl`` beside ``<name>/data/N``, torch 1.6 and newer) and
-the legacy one (four pickles in a row, then the raw storages, which are never read). Standard library only.
+the legacy one (four pickles in a row, then the raw storages, which are never read). The files are opened, read
+and their zip directories walked by ``torch_file``, below the audit and the record's binding alike. Standard
+library only.
 """
 
 from __future__ import annotations
 
 import _compat_pickle
-import functools
 import io
 import math
 import os
 import pickle
-import pickletools
-import re
-import stat
-import struct
-import zipfile
-import zlib
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import IO, Any, Callable, cast
+
+from ...torch_file import (
+    NotRegular,
+    RangedFile,
+    Unreadable,
+    ZipDirectory,
+    data_pkl,
+    open_fd,
+    open_regular,
+    pread,
+    read_capped,
+    reason,
+    zip_directory,
+    zip_directory_of,
+)
+from .pickle_scan import BOUNDS, EndsEarly, full_scan, scan
+
+__all__ = ["BOUNDS", "EndsEarly", "NotRegular", "RangedFile", "Unreadable", "ZipDirectory", "load", "load_file",
+           "loads", "open_regular", "plain", "read_capped", "scan", "zip_directory", "zip_directory_of"]
 
 # torch.serialization.MAGIC_NUMBER: the first pickle of a legacy-format file
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
-MIB = 1 << 20
-# The bounds. A real model-states pickle holds ~25 opcodes and ~10 objects per tensor and ~100 bytes per tensor
-# (the tensors' data is in other zip members), so these leave room for a few hundred thousand tensors.
-BOUNDS = {
-    "pickle_bytes": 32 * MIB,  # data.pkl (declared and real), or the legacy format's leading pickles together
-    "opcodes": 4_000_000,
-    "objects": 2_000_000,  # opcodes that build a new object
-    "stack": 1_000_000,  # the unpickler's stack and marks
-    "memo": 4_000_000,  # the highest memo index (the C unpickler allocates an array that long)
-    "globals": 10_000,  # distinct names (one stand-in class each)
-    "digits": 4_300,  # a number written in text (int() of a long one is quadratic on Python 3.9)
-    "depth": 64,  # nesting of a value the audit uses (plain)
-    "values": 100_000,  # values in one value the audit uses (plain)
-    "directory_bytes": 64 * MIB,  # a zip's central directory (~100 bytes a member: room for 600,000 tensors)
-}
-_CHUNK = MIB
-_MARK = pickletools.markobject
-
-
-class Unreadable(Exception):
-    """The file cannot be read as data; the message says why (a bound it passed is named)."""
-
-
-class EndsEarly(Unreadable):
-    """The data ends inside a pickle: damaged, or cut where the audit stopped reading (the legacy format's bound)."""
-
-
-class NotRegular(Unreadable):
-    """A FIFO, a device, a socket or a folder where a file was expected: never opened for reading."""
-
-
-# Opening only regular files -------------------------------------------------------------------------------
-
-_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
-
-
-def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a plain file")
-
-
-def _why(error: BaseException) -> str:
-    strerror = getattr(error, "strerror", None)
-    return strerror.lower() if isinstance(strerror, str) else str(error)
-
-
-def _open_fd(path: str, known_regular: bool) -> tuple[int, os.stat_result]:
-    """A descriptor of ``path`` and its fstat, if it is a regular file (after its symlinks); raises NotRegular or
-    Unreadable.
-
-    The stat before the open keeps a FIFO's writer and a device's driver out of it; O_NONBLOCK keeps a FIFO that
-    replaced the file in between from blocking the open, and the fstat after it refuses that FIFO. A caller whose
-    folder listing already said "a regular file, not a link" (``known_regular``) saves the stat: the listing is
-    that check, and the fstat still refuses anything that replaced the file since."""
-    try:
-        if not known_regular:
-            mode = os.stat(path).st_mode
-            if not stat.S_ISREG(mode):
-                raise NotRegular(f"not a regular file ({_kind(mode)}): not opened")
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as error:
-        raise Unreadable(f"cannot read it: {_why(error)}") from None
-    try:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
-            raise NotRegular(f"not a regular file ({_kind(status.st_mode)}): not read")
-        return fd, status
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def open_regular(path: str, known_regular: bool = False) -> IO[bytes]:
-    """``path`` opened for reading if it is a regular file (after its symlinks); raises NotRegular or Unreadable
-    (see ``_open_fd``)."""
-    fd, _ = _open_fd(path, known_regular)
-    try:
-        return os.fdopen(fd, "rb", buffering=_CHUNK)  # a buffer size given: no isatty() call
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def read_capped(path: str, cap: int, known_regular: bool = False) -> bytes:
-    """The bytes of the regular file ``path``; raises Unreadable when it holds more than ``cap``."""
-    fd, status = _open_fd(path, known_regular)
-    data = b""
-    try:
-        while len(data) <= cap:
-            chunk = os.read(fd, cap + 1 - len(data))
-            data += chunk
-            # a short read of a regular file that its size says is whole: nothing more to ask (a size of 0, as
-            # /proc's files show, says nothing)
-            if not chunk or 0 < status.st_size <= len(data):
-                break
-    except OSError as error:
-        raise Unreadable(f"cannot read it: {_why(error)}") from None
-    finally:
-        os.close(fd)
-    if len(data) > cap:
-        raise Unreadable(f"holds more than {cap} bytes (the bound for this file): not read")
-    return data
-
-
-class RangedFile(io.RawIOBase):
-    """A file read by ranges, as a seekable file: its last TAIL bytes in one read (a zip's end records and central
-    directory), anything else WINDOW bytes at a time (the local header and data.pkl); a file up to WHOLE bytes in
-    one. For an object store each read is a request, and locally a ``pread``: zipfile's many seeks and small reads
-    then cost nothing, and the bytes read are the same few tens of KiB of a file of any size."""
-
-    TAIL = 64 * 1024 + 1024
-    WINDOW = 64 * 1024
-    WHOLE = 256 * 1024
-
-    def __init__(self, read_range: Callable[[int, int], bytes], size: int) -> None:
-        super().__init__()
-        self.read_range, self.size = read_range, size
-        self.pos = 0
-        self.chunks: list[tuple[int, bytes]] = []  # (offset, bytes) read: the last three
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
-        if base + offset < 0:
-            raise OSError("negative seek position")
-        self.pos = base + offset
-        return self.pos
-
-    def readinto(self, buffer: Any) -> int:
-        want = min(len(buffer), self.size - self.pos)
-        if want <= 0:
-            return 0
-        data = self._cached(self.pos, want)
-        if data is None:
-            if self.size <= self.WHOLE:
-                start, end = 0, self.size
-            else:
-                start = self.size - self.TAIL if self.pos >= self.size - self.TAIL else self.pos
-                end = min(self.size, max(self.pos + want, start + self.WINDOW))
-            self.chunks = [(start, self.read_range(start, end)), *self.chunks[:2]]
-            data = self._cached(self.pos, want) or b""
-        buffer[:len(data)] = data
-        self.pos += len(data)
-        return len(data)
-
-    def _cached(self, pos: int, want: int) -> bytes | None:
-        for offset, chunk in self.chunks:
-            if offset <= pos and pos + want <= offset + len(chunk):
-                return chunk[pos - offset:pos - offset + want]
-        return None
 
 
 # The stand-ins ----------------------------------------------------------------------------------------------
@@ -385,236 +239,6 @@ _MEANINGS: dict[tuple[str, str], Callable[..., Any]] = {
 }
 
 
-# The scan before the load ---------------------------------------------------------------------------------
-
-# what the scan needs of an opcode, from pickletools' own description of each
-_PLAIN, _FIXED, _LINE, _NUMBER, _PAIR, _COUNTED = range(6)
-_MEMO_PUT, _MEMOIZE, _NAMED, _STACK_NAMED, _MARK_OP, _STOP = range(1, 7)
-_COUNTS = {pickletools.TAKEN_FROM_ARGUMENT1: (1, False), pickletools.TAKEN_FROM_ARGUMENT4: (4, True),
-           pickletools.TAKEN_FROM_ARGUMENT4U: (4, False), pickletools.TAKEN_FROM_ARGUMENT8U: (8, False)}
-
-
-def _table() -> list[tuple[Any, ...] | None]:
-    """Per opcode byte: how its argument is read (kind, width, signed), the stack items it pops (or the index of
-    the mark it pops to) and pushes, whether it builds a new object, and what else the scan tracks of it."""
-    table: list[tuple[Any, ...] | None] = [None] * 256
-    reuse = {"DUP", "GET", "BINGET", "LONG_BINGET", "MARK", "NONE", "NEWTRUE", "NEWFALSE", "MEMOIZE",
-             "READONLY_BUFFER"}
-    special = {"PUT": _MEMO_PUT, "BINPUT": _MEMO_PUT, "LONG_BINPUT": _MEMO_PUT, "MEMOIZE": _MEMOIZE,
-               "GLOBAL": _NAMED, "INST": _NAMED, "STACK_GLOBAL": _STACK_NAMED, "MARK": _MARK_OP, "STOP": _STOP}
-    for op in pickletools.opcodes:
-        arg = op.arg
-        width, signed = 0, False
-        if arg is None:
-            kind = _PLAIN
-        elif arg.n == pickletools.UP_TO_NEWLINE:
-            kind = _PAIR if arg.name == "stringnl_noescape_pair" else \
-                _NUMBER if arg.name in ("decimalnl_short", "decimalnl_long", "floatnl") else _LINE
-        elif arg.n in _COUNTS:
-            kind = _COUNTED
-            width, signed = _COUNTS[arg.n]
-        else:
-            kind, width = _FIXED, arg.n
-        before, after = list(op.stack_before), list(op.stack_after)
-        to_mark = before.index(_MARK) if _MARK in before else -1
-        table[op.code.encode("latin-1")[0]] = (
-            op.name, kind, width, signed, len(before), to_mark, len(after), bool(after) and op.name not in reuse,
-            special.get(op.name, 0))
-    return table
-
-
-_OPCODES = _table()
-
-
-# The skim: the scan's verdict for a small pickle at a fraction of its cost ------------------------------------
-#
-# Every opcode is at least a byte, and none pushes more than one item, so a pickle of N bytes has at most N
-# opcodes, builds at most N objects and never stacks more than N items: under the smallest of those three bounds,
-# its size alone keeps them. What is left to check is what a few bytes can ask for: a memo index (the C
-# unpickler allocates an array that long), a number written in digits, and the distinct globals. The skim
-# walks the opcodes with one regular expression that takes only opcodes that keep those bounds (a memo index
-# under _SKIM_MEMO, at most _SKIM_DIGITS digits), reading lengths and names itself; at anything else (a bound
-# passed, damage, an opcode it does not take) it gives up and the full scan decides, with its own words.
-_SKIM_MEMO = 0x3CFFFF  # LONG_BINPUT's index with its top byte 0 and the next at most 0x3C; PUT's with 6 digits
-_SKIM_DIGITS = 4300
-
-
-@functools.lru_cache(maxsize=1)  # compiled at the first skim (tens of ms), not at import
-def _skim_pattern() -> re.Pattern[bytes]:
-    plain: list[int] = []
-    numbers: list[int] = []
-    lines: list[int] = []
-    fixed: dict[int, list[int]] = {}
-    for code, entry in enumerate(_OPCODES):
-        if entry is None:
-            continue
-        name, kind, width = entry[0], entry[1], entry[2]
-        if name in ("STOP", "STACK_GLOBAL", "LONG_BINPUT", "PUT"):
-            continue  # the end, a global to count, memo indices to bound (below)
-        if kind == _PLAIN:
-            plain.append(code)
-        elif kind == _FIXED:
-            fixed.setdefault(width, []).append(code)
-        elif kind == _NUMBER:
-            numbers.append(code)
-        elif kind == _LINE:
-            lines.append(code)
-
-    def among(codes: list[int]) -> bytes:
-        return b"[" + b"".join(re.escape(bytes([c])) for c in codes) + b"]"
-
-    choices = [among(plain)] + [among(codes) + b".{%d}" % width for width, codes in sorted(fixed.items())]
-    # protocol 2 (torch's) writes every str as BINUNICODE with a 4-byte length; the short ones taken here
-    lengths = b"|".join(re.escape(bytes([n])) + b"\\x00\\x00\\x00" + b".{%d}" % n for n in range(256))
-    choices += [b"X(?:" + lengths + b")", rb"r..[\x00-\x3c]\x00", rb"p[0-9]{1,6}\n",
-                among(numbers) + rb"[^\n]{0,%d}\n" % (_SKIM_DIGITS + 1), among(lines) + rb"[^\n]*\n"]
-    return re.compile(b"(?:" + b"|".join(choices) + b")*", re.DOTALL)
-
-
-def _skim(data: bytes, start: int) -> int | None:
-    """Where the pickle at ``start`` ends, if the skim can tell that it keeps BOUNDS; None to leave it to scan."""
-    limits = BOUNDS
-    if len(data) - start > min(limits["opcodes"], limits["objects"], limits["stack"]) or \
-            limits["memo"] < _SKIM_MEMO or limits["digits"] < _SKIM_DIGITS:
-        return None
-    end, table, match = len(data), _OPCODES, _skim_pattern().match
-    names: set[bytes] = set()
-    stacked = 0
-    pos = start
-    while True:
-        pos = match(data, pos).end()  # type: ignore[union-attr]  # "(...)*" matches everywhere
-        if pos >= end:
-            return None
-        entry = table[data[pos]]
-        if entry is None:
-            return None
-        name, kind, width, signed = entry[0], entry[1], entry[2], entry[3]
-        pos += 1
-        if name == "STOP":
-            return pos
-        if kind == _COUNTED:
-            length = int.from_bytes(data[pos:pos + width], "little", signed=signed)
-            pos += width + length
-            if length < 0 or pos > end:
-                return None
-        elif kind == _PAIR:  # GLOBAL, INST: module and name, a line each
-            stop = data.find(b"\n", data.find(b"\n", pos) + 1)
-            if stop < 0 or pos > stop:
-                return None
-            names.add(data[pos:stop])
-            pos = stop + 1
-        elif name == "STACK_GLOBAL":
-            stacked += 1  # the names come from the stack: each counts as new, as in scan
-        else:
-            return None
-        if len(names) + stacked > limits["globals"]:
-            return None
-
-
-def scan(data: bytes, start: int = 0) -> int:
-    """Check one pickle in ``data`` from ``start`` against BOUNDS without building anything; returns where it ends.
-
-    Raises Unreadable naming the bound it passes, or what is damaged. A small pickle is skimmed (``_skim``);
-    the rest, and whatever the skim leaves, is walked opcode by opcode, about a microsecond each."""
-    skimmed = _skim(data, start)
-    return skimmed if skimmed is not None else _scan(data, start)
-
-
-def _scan(data: bytes, start: int) -> int:
-    end = len(data)
-    limits = BOUNDS
-    max_opcodes, max_objects, max_stack = limits["opcodes"], limits["objects"], limits["stack"]
-    max_memo, max_globals, digits = limits["memo"], limits["globals"], limits["digits"]
-    table = _OPCODES
-    pos, opcodes, objects, depth, memo = start, 0, 0, 0, 0
-    marks: list[int] = []
-    names: set[bytes] = set()
-    try:
-        while True:
-            code = data[pos]
-            pos += 1
-            entry = table[code]
-            if entry is None:
-                raise Unreadable(f"its pickle is damaged (an unknown opcode {code:#04x} at byte {pos - 1})")
-            name, kind, width, signed, pops, to_mark, pushes, builds, special = entry
-            opcodes += 1
-            value = b""
-            if kind == _FIXED:
-                if pos + width > end:
-                    raise IndexError
-                value = data[pos:pos + width]
-                pos += width
-            elif kind == _COUNTED:
-                length = int.from_bytes(data[pos:pos + width], "little", signed=signed)
-                pos += width
-                if length < 0 or pos + length > end:
-                    raise IndexError
-                pos += length
-            elif kind == _NUMBER:
-                stop = data.find(b"\n", pos, pos + digits + 2)
-                if stop < 0:
-                    if data.find(b"\n", pos) < 0:
-                        raise IndexError
-                    raise Unreadable(f"its pickle writes a number of more than {digits} digits (a bound of the "
-                                     "audit): not read")
-                value = data[pos:stop]
-                pos = stop + 1
-            elif kind != _PLAIN:  # one line, or two for GLOBAL and INST
-                stop = data.find(b"\n", pos)
-                if kind == _PAIR and stop >= 0:
-                    stop = data.find(b"\n", stop + 1)
-                if stop < 0:
-                    raise IndexError
-                value = data[pos:stop]
-                pos = stop + 1
-            if special:
-                if special in (_MEMO_PUT, _MEMOIZE):
-                    index = memo if special == _MEMOIZE else _memo_index(name, value)
-                    if index > max_memo:
-                        raise Unreadable(f"its pickle uses memo index {index}, past {max_memo} (a bound of the "
-                                         "audit): not read")
-                    memo = max(memo, index + 1)
-                elif special in (_NAMED, _STACK_NAMED):
-                    names.add(value if special == _NAMED else b"%d" % opcodes)  # a STACK_GLOBAL counts as new
-                    if len(names) > max_globals:
-                        raise Unreadable(f"its pickle names more than {max_globals} globals (a bound of the "
-                                         "audit): not read")
-            if to_mark >= 0:
-                depth = marks.pop() - to_mark
-            else:
-                depth -= pops
-            if depth < 0:
-                raise Unreadable("its pickle is damaged (an opcode pops more than the stack holds)")
-            if special == _MARK_OP:
-                marks.append(depth)
-            else:
-                depth += pushes
-            if special == _STOP:
-                return pos
-            if builds:
-                objects += 1
-                if objects > max_objects:
-                    raise Unreadable(f"its pickle builds more than {max_objects} objects (a bound of the audit): "
-                                     "not read")
-            if opcodes > max_opcodes:
-                raise Unreadable(f"its pickle has more than {max_opcodes} opcodes (a bound of the audit): not read")
-            if depth + len(marks) > max_stack:
-                raise Unreadable(f"its pickle's stack grows past {max_stack} items (a bound of the audit): "
-                                 "not read")
-    except IndexError:  # data[pos] past the end, or marks.pop() with no mark
-        raise EndsEarly("its pickle is damaged (it ends early, or an opcode needs a mark that is not there)") \
-            from None
-
-
-def _memo_index(name: str, value: bytes) -> int:
-    if name == "PUT":
-        try:
-            return int(value.strip())
-        except ValueError:
-            raise Unreadable("its pickle is damaged (a PUT without its index)") from None
-    return int.from_bytes(value, "little")
-
-
 # The load ---------------------------------------------------------------------------------------------------
 
 # Stand-in classes are shared by the files of one process: a class costs microseconds to make, and a fleet's files
@@ -665,64 +289,19 @@ def loads(data: bytes, start: int = 0) -> tuple[Any, int]:
     except Unreadable:
         raise
     except Exception as error:  # a malformed pickle: the full scan's words where it has some (a skimmed pickle's
-        _scan(data, start)  # stack is not simulated), else the unpickler's own message
+        full_scan(data, start)  # stack is not simulated), else the unpickler's own message
         raise Unreadable(f"its pickle is damaged ({type(error).__name__}: {str(error)[:200]})") from None
-
-
-@dataclass
-class ZipDirectory:
-    """What a record is bound to (record_data.binding): the file's size and each member of its zip as (name, CRC-32,
-    size), from the central directory the read walks anyway. ``zip`` stays False for torch's legacy format."""
-
-    zip: bool = False
-    size: int = 0
-    members: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 def load(path: str, known_regular: bool = False, directory: ZipDirectory | None = None) -> Any:
     """The data of the torch checkpoint at ``path``; raises Unreadable (NotRegular for a FIFO, device, ...).
     ``directory``, where given, is filled with the zip's members (only then is a tuple made per member)."""
-    fd, status = _open_fd(path, known_regular)
+    fd, status = open_fd(path, known_regular)
     try:
-        with RangedFile(lambda start, end: _pread(fd, start, end), status.st_size) as file:
+        with RangedFile(lambda start, end: pread(fd, start, end), status.st_size) as file:
             return load_file(file, directory)  # type: ignore[arg-type]
     finally:
         os.close(fd)
-
-
-def zip_directory(path: str, known_regular: bool = False) -> ZipDirectory:
-    """The size and zip members of the file at ``path``, from its central directory alone (``zip`` False where it
-    is not a zip); raises Unreadable (NotRegular for a FIFO, device, ...)."""
-    fd, status = _open_fd(path, known_regular)
-    try:
-        with RangedFile(lambda start, end: _pread(fd, start, end), status.st_size) as file:
-            return zip_directory_of(file)  # type: ignore[arg-type]
-    finally:
-        os.close(fd)
-
-
-def zip_directory_of(file: IO[bytes]) -> ZipDirectory:
-    """``zip_directory`` of a file open as ``file`` (seekable): the central directory under the audit's bound on
-    it, each member as zipfile's infolist() names it; never a member's data."""
-    found = ZipDirectory(size=file.seek(0, io.SEEK_END))
-    try:
-        directory, _ = _directory(file)
-        found.members = [_member_fact(entry, name, extra_field) for entry, name, extra_field in _entries(directory)]
-    except zipfile.BadZipFile:
-        found.members = []
-        return found
-    except (OSError, EOFError, struct.error) as error:
-        raise Unreadable(f"cannot read it: {_why(error)}") from None
-    found.zip = True
-    return found
-
-
-def _pread(fd: int, start: int, end: int) -> bytes:
-    """The bytes from ``start`` to ``end`` (fewer at the end of the file), in one call where the system has one."""
-    if hasattr(os, "pread"):
-        return os.pread(fd, end - start, start)
-    os.lseek(fd, start, os.SEEK_SET)
-    return os.read(fd, end - start)
 
 
 def load_file(file: IO[bytes], directory: ZipDirectory | None = None) -> Any:
@@ -736,183 +315,18 @@ def load_file(file: IO[bytes], directory: ZipDirectory | None = None) -> Any:
             file.seek(0)
             return _load_legacy(file)
     except (OSError, EOFError) as error:
-        raise Unreadable(f"cannot read it: {_why(error)}") from None
+        raise Unreadable(f"cannot read it: {reason(error)}") from None
     raise Unreadable("not a torch checkpoint (neither torch's zip nor its legacy format)")
 
 
 def _load_zip(file: IO[bytes], directory: ZipDirectory | None) -> Any:
     try:
-        data = _data_pkl(file, directory)
+        data = data_pkl(file, BOUNDS["pickle_bytes"], directory)
     except Unreadable:
         raise
     except Exception as error:  # BadZipFile, a broken local header, a CRC error, zlib's errors
         raise Unreadable(f"a damaged zip archive ({type(error).__name__}: {str(error)[:200]})") from None
     return loads(data)[0]
-
-
-# torch's zip archive, as zipfile reads it, for its one member the audit needs ---------------------------------
-#
-# zipfile builds an object for every member of the central directory (one per tensor: thousands in a big model);
-# the audit needs one, so the directory is walked with struct alone and only <name>/data.pkl is looked at. The
-# checks are zipfile's own (its record layouts, its zip64 rules, its local header checks, the CRC-32), with the
-# errors it raises; other members are not looked at (neither their extra fields nor their zip versions).
-_END = struct.Struct("<4s4H2LH")  # end of central directory: 22 bytes
-_END64_LOCATOR = struct.Struct("<4sLQL")  # 20 bytes
-_END64 = struct.Struct("<4sQ2H2L4Q")  # 56 bytes
-_DIRECTORY_ENTRY = struct.Struct("<4s4B4HL2L5H2L")  # 46 bytes
-_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # 30 bytes
-_MEMBER = b"/data.pkl"
-
-
-def _bad(why: str) -> zipfile.BadZipFile:
-    return zipfile.BadZipFile(why)
-
-
-def _read_at(file: IO[bytes], offset: int, size: int) -> bytes:
-    if offset < 0:
-        raise _bad("an offset before the start of the file")
-    file.seek(offset)
-    return file.read(size)
-
-
-def _directory(file: IO[bytes]) -> tuple[bytes, int]:
-    """The central directory's bytes and what to add to its offsets (bytes before the archive), as zipfile's
-    _EndRecData and _EndRecData64 find them."""
-    size = file.seek(0, io.SEEK_END)
-    end = _read_at(file, size - _END.size, _END.size) if size >= _END.size else b""
-    if len(end) == _END.size and end[:4] == b"PK\x05\x06" and end[-2:] == b"\x00\x00":
-        at = size - _END.size
-    else:  # a comment after the record: search the last 64 KiB for it
-        start = max(size - (1 << 16) - _END.size, 0)
-        tail = _read_at(file, start, size - start)
-        found = tail.rfind(b"PK\x05\x06")
-        if found < 0 or len(tail) - found < _END.size:
-            raise _bad("File is not a zip file")
-        end, at = tail[found:found + _END.size], start + found
-    directory_size, directory_offset = _END.unpack(end)[5:7]
-    location = at
-    locator = _read_at(file, at - _END64_LOCATOR.size, _END64_LOCATOR.size) if at >= _END64_LOCATOR.size else b""
-    if len(locator) == _END64_LOCATOR.size and locator[:4] == b"PK\x06\x07":
-        _, disk64, _, disks = _END64_LOCATOR.unpack(locator)
-        if disk64 != 0 or disks > 1:
-            raise _bad("zipfiles that span multiple disks are not supported")
-        record = _read_at(file, at - _END64_LOCATOR.size - _END64.size, _END64.size)
-        if len(record) == _END64.size and record[:4] == b"PK\x06\x06":
-            fields = _END64.unpack(record)
-            directory_size, directory_offset = fields[8], fields[9]
-            location = at - _END64_LOCATOR.size - _END64.size
-    extra = location - directory_size - directory_offset
-    if directory_offset + extra < 0:
-        raise _bad("Bad offset for central directory")
-    if directory_size > BOUNDS["directory_bytes"]:
-        raise Unreadable(f"its zip directory takes {directory_size} bytes, past {BOUNDS['directory_bytes']} (a bound "
-                         "of the audit): not read")
-    directory = _read_at(file, directory_offset + extra, directory_size)
-    if len(directory) != directory_size:
-        raise _bad("Truncated central directory")
-    return directory, extra
-
-
-def _data_pkl(file: IO[bytes], members: ZipDirectory | None = None) -> bytes:
-    """The bytes of the archive's one <name>/data.pkl, checked as zipfile checks a member it reads; ``members``,
-    where given, gets every member as zipfile's infolist() names it (name, CRC, file_size)."""
-    directory, extra = _directory(file)
-    if members is not None:
-        members.zip, members.size = True, file.seek(0, io.SEEK_END)
-    found: list[tuple[Any, ...]] = []
-    for entry, name, extra_field in _entries(directory):
-        if name.endswith(_MEMBER) and name.count(b"/") == 1:
-            found.append((*entry, name, extra_field))
-        if members is not None:
-            members.members.append(_member_fact(entry, name, extra_field))
-    if not found:
-        raise Unreadable("a zip archive without torch's <name>/data.pkl")
-    if len(found) > 1:  # torch writes one: which of them a loader reads is not ours to guess
-        raise Unreadable(f"a zip archive with {len(found)} <name>/data.pkl members (torch writes one)")
-    return _member(file, found[0], extra)
-
-
-def _entries(directory: bytes) -> Iterator[tuple[tuple[Any, ...], bytes, bytes]]:
-    """Each entry of a central directory: its fixed fields, its name (cut at a NUL, as zipfile does) and its extra
-    field."""
-    at = 0
-    while at < len(directory):
-        if at + _DIRECTORY_ENTRY.size > len(directory):
-            raise _bad("Truncated central directory")
-        entry = _DIRECTORY_ENTRY.unpack_from(directory, at)
-        if entry[0] != b"PK\x01\x02":
-            raise _bad("Bad magic number for central directory")
-        name_size, extra_size, comment_size = entry[12], entry[13], entry[14]
-        name_at = at + _DIRECTORY_ENTRY.size
-        name = directory[name_at:name_at + name_size].split(b"\x00", 1)[0]  # zipfile ends a name at a NUL
-        yield entry, name, directory[name_at + name_size:name_at + name_size + extra_size]
-        at = name_at + name_size + extra_size + comment_size
-
-
-def _member_fact(entry: tuple[Any, ...], name: bytes, extra_field: bytes) -> tuple[str, int, int]:
-    """(name, CRC-32, size) as zipfile's ZipInfo holds them: the name UTF-8 where flag bit 11 says so, else cp437;
-    the size from the zip64 extra field where the entry defers to it."""
-    text = name.decode("utf-8" if entry[5] & 0x800 else "cp437", "surrogateescape")
-    return text, entry[9], _zip64([entry[11], entry[10], entry[-1]], extra_field)[0]
-
-
-def _zip64(fields: list[int], extra: bytes) -> list[int]:
-    """The sizes and offset (file_size, compress_size, header_offset) that a zip64 extra field holds instead."""
-    at = 0
-    while at + 4 <= len(extra):
-        kind, size = struct.unpack_from("<HH", extra, at)
-        if at + 4 + size > len(extra):
-            raise _bad(f"Corrupt extra field {kind:04x} (size={size})")
-        if kind == 0x0001:
-            values = extra[at + 4:at + 4 + size]
-            for index in range(3):
-                if fields[index] in (0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF):
-                    if len(values) < 8:
-                        what = ("File size", "Compress size", "Header offset")[index]
-                        raise _bad(f"Corrupt zip64 extra field. {what} not found.")
-                    fields[index] = struct.unpack("<Q", values[:8])[0]
-                    values = values[8:]
-        at += 4 + size
-    return fields
-
-
-def _member(file: IO[bytes], entry: tuple[Any, ...], extra: int) -> bytes:
-    cap = BOUNDS["pickle_bytes"]
-    flags, method, crc, name, extra_field = entry[5], entry[6], entry[9], entry[-2], entry[-1]
-    file_size, compress_size, offset = _zip64([entry[11], entry[10], entry[-3]], extra_field)
-    if entry[3] > zipfile.MAX_EXTRACT_VERSION:
-        raise NotImplementedError(f"zip file version {entry[3] / 10:.1f}")
-    if flags & 0x1:
-        raise Unreadable("its data.pkl is encrypted (torch never encrypts): not read")
-    if method not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        raise Unreadable(f"its data.pkl is compressed with method {method} (torch stores it plain): not read")
-    if file_size > cap:
-        raise Unreadable(f"its data.pkl declares {file_size} bytes, past {cap} (a bound of the audit): not read")
-    header = _read_at(file, offset + extra, _LOCAL_HEADER.size)
-    if len(header) != _LOCAL_HEADER.size:
-        raise _bad("Truncated file header")
-    local = _LOCAL_HEADER.unpack(header)
-    if local[0] != b"PK\x03\x04":
-        raise _bad("Bad magic number for file header")
-    local_name = file.read(local[10])
-    if flags & 0x20:
-        raise NotImplementedError("compressed patched data (flag bit 5)")
-    if flags & 0x40:
-        raise NotImplementedError("strong encryption (flag bit 6)")
-    if local_name.split(b"\x00", 1)[0] != name:
-        raise _bad(f"File name in directory {name!r} and header {local_name!r} differ.")
-    start = offset + extra + _LOCAL_HEADER.size + local[10] + local[11]
-    if method == zipfile.ZIP_STORED:
-        data = _read_at(file, start, min(compress_size, file_size))
-    else:
-        if compress_size > cap + cap // 8 + _CHUNK:  # more than deflate ever needs for what it declares
-            raise Unreadable(f"its data.pkl declares {compress_size} compressed bytes for {file_size} (a bound of "
-                             "the audit): not read")
-        inflate = zlib.decompressobj(-15)
-        data = inflate.decompress(_read_at(file, start, compress_size), file_size)
-    if zlib.crc32(data) != crc:  # what zipfile checks at the member's end (a size that claims more is not checked)
-        raise _bad(f"Bad CRC-32 for file {name.decode('cp437')!r}")
-    return data
 
 
 def _load_legacy(file: IO[bytes]) -> Any:

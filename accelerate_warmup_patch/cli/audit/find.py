@@ -42,7 +42,7 @@ class Run:
     notes: tuple[str, ...] = ()  # what finding it met: a `latest` that is not a regular file, say
     engine: str | None = None  # which engine, where the run's folder holds the saves of several
     store: Store = field(default=LOCAL, compare=False)  # where its files are read, with what the walk listed
-    # the other engines' tags in the same folder: a tag name is not proof of which engine saved it (judge.py weighs
+    # the other engines' tags in the same folder: a tag name is not proof of which engine saved it (saves.py weighs
     # those whose model is this engine's, epoch1..epoch4 across an upgrade say)
     siblings: tuple[PurePath, ...] = ()
 
@@ -73,14 +73,10 @@ def _reason(error: OSError) -> str:
 def model_states(tag: PurePath, store: Store = LOCAL) -> PurePath | None:
     """The rank-0 model-states file of a tag folder (every rank's holds the same config and scheduler)."""
     try:
-        names = [n for n in store.names(tag) if _MODEL_STATES.match(n)]
+        name = record_data.lowest_ranked(store.names(tag))
     except OSError:
         return None
-    return tag / min(names, key=_rank) if names else None
-
-
-def _rank(name: str) -> tuple[int, ...]:
-    return tuple(int(g or 0) for g in _MODEL_STATES.match(name).groups())  # type: ignore[union-attr]
+    return tag / name if name is not None else None
 
 
 def walk(path: str, exclude: Sequence[str] = ()) -> Iterator[Run | Unsearched | Symlinked]:

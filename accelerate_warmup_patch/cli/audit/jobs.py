@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Union
 
 from .find import Run
-from .judge import judged_report
+from .run_report import judged_report
 
 if TYPE_CHECKING:
     from concurrent.futures import Future

@@ -15,11 +15,8 @@ from . import checkpoint_pickle
 from .checkpoint_pickle import Unreadable
 from .find import model_states
 from .stores import LOCAL, Store
-from .verdicts import RECORD_FILE
 
-# the bounds of the small files the audit reads beside a checkpoint
-RECORD_BYTES, CONFIG_BYTES = record_data.RECORD_BYTES, 4 * 1024 * 1024
-_STEP0 = ("fixed", "warned", "as-release", "earlier-process", "left", "unknown")
+CONFIG_BYTES = 4 * 1024 * 1024  # the bound of a ds_config file the audit reads (a record's is record_data's)
 
 
 @dataclass
@@ -56,7 +53,7 @@ def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCA
         raise Unreadable(f"{tag}: no model-states file (or the folder cannot be listed)")
     try:
         # the zip's members are gathered (a tuple each) only where a record beside the save will be checked
-        directory = checkpoint_pickle.ZipDirectory() if bind or store.exists(tag / RECORD_FILE) else None
+        directory = checkpoint_pickle.ZipDirectory() if bind or store.exists(tag / record_data.RECORD_FILE) else None
         data = store.load(file, directory)
     except Unreadable as error:
         raise Unreadable(f"{file.name}: {error}") from None
@@ -77,7 +74,7 @@ def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCA
         binding["others"] = _others(tag, file.name, store)
     if record is not None:
         record = _this_saves(record, binding=binding, version=version, global_steps=global_steps,
-                             scheduler=_scheduler_type(config), notes=notes)
+                             scheduler=record_data.scheduler_type(config), notes=notes)
     stepped = _optimizer_stepped(data)
     if stepped is None and global_steps == 0 and isinstance(iteration, int) and iteration >= 0:
         stepped = _zero_optimizer_stepped(tag, store)  # only where global_steps and the scheduler disagree
@@ -97,12 +94,6 @@ def _others(tag: PurePath, bound_file: str, store: Store) -> dict[str, Any]:
             continue
         facts.append((name, directory.size, record_data.members_digest(directory.members) if directory.zip else None))
     return record_data.others_binding(facts)
-
-
-def _scheduler_type(config: dict[str, Any]) -> str | None:
-    block = config.get("scheduler")
-    kind = block.get("type") if isinstance(block, dict) else None
-    return kind if isinstance(kind, str) else None
 
 
 def _this_saves(record: dict[str, Any], *, binding: dict[str, Any] | None, version: str, global_steps: Any,
@@ -175,107 +166,17 @@ def _bounded_int(text: str) -> int | None:
 def _record(tag: PurePath, notes: list[str], store: Store) -> dict[str, Any] | None:
     """The record a patched run wrote beside this save (record 2, or 0.5.0's record 1), as plain data with its lrs
     decoded; None when there is none or it is malformed (then a note says why)."""
-    path = tag / RECORD_FILE
+    path = tag / record_data.RECORD_FILE
     if not store.exists(path):
         return None
     try:
-        raw = record_data.parse(store.read_capped(path, RECORD_BYTES))
-        record = _valid_record(raw)
+        raw = record_data.parse(store.read_capped(path, record_data.RECORD_BYTES))
+        record = record_data.valid_record(raw)
     except (Unreadable, ValueError, RecursionError, TypeError, KeyError) as error:
         notes.append(f"{path}: ignored, not a record this audit reads ({error})")
         return None
     record["file"] = str(path)
     return record
-
-
-def _valid_record(raw: Any) -> dict[str, Any]:
-    """Record 1 or 2 with every field of the right type; raises ValueError naming the first that is not."""
-    if not isinstance(raw, dict) or raw.get("record") not in (1, record_data.RECORD) or \
-            isinstance(raw.get("record"), bool):
-        raise ValueError(f"record {raw.get('record') if isinstance(raw, dict) else None!r}, not 1 or 2")
-    if raw.get("package") != record_data.PACKAGE:
-        raise ValueError("not accelerate-warmup-patch's")
-    record: dict[str, Any] = {key: raw.get(key) for key in ("record", "version", "mode", "deepspeed", "reference")}
-    if not all(isinstance(record[key], str) for key in ("version", "mode", "deepspeed", "reference")):
-        raise ValueError("version, mode, deepspeed and reference must be strings")
-    record["global_steps"] = _count(raw.get("global_steps"), "global_steps")
-    record["scheduler"] = _valid_scheduler(raw.get("scheduler"))
-    if record["record"] == record_data.RECORD:
-        record["bound_to"] = _valid_binding(raw.get("bound_to"))
-        record["first_step"] = _valid_first_step(raw.get("first_step"))
-        record["step0"] = _valid_step0(raw.get("step0"))
-        record["loads"] = [{key: hop.get(key) for key in ("tag", "deepspeed", "global_steps", "record", "bound")}
-                           for hop in record_data.written_loads(raw.get("loads"))]
-    return record
-
-
-def _count(value: Any, name: str) -> int:
-    count = record_data.step_count(value)
-    if count is None:
-        raise ValueError(f"{name} is not a step count")
-    return count
-
-
-def _lrs(value: Any, name: str, optional: bool = True) -> list[float] | None:
-    if value is None and optional:
-        return None
-    lrs = record_data.decode_lrs(value)
-    if lrs is None:
-        raise ValueError(f"{name} is not a list of lrs (numbers, or \"nan\", \"inf\", \"-inf\")")
-    return lrs
-
-
-def _valid_scheduler(scheduler: Any) -> dict[str, Any] | None:
-    if scheduler is None:
-        return None
-    if not isinstance(scheduler, dict) or scheduler.get("step0") not in _STEP0:
-        raise ValueError(f"scheduler.step0 is not one of {', '.join(_STEP0)}")
-    if not isinstance(scheduler.get("class"), str):
-        raise ValueError("scheduler.class is not a string")
-    return {"class": scheduler["class"][:200], "step0": scheduler["step0"],
-            "lrs_before": _lrs(scheduler.get("lrs_before"), "scheduler.lrs_before"),
-            "lrs_after": _lrs(scheduler.get("lrs_after"), "scheduler.lrs_after"),
-            "why": str(scheduler.get("why") or "")[:1000]}
-
-
-def _valid_binding(bound_to: Any) -> dict[str, Any]:
-    if not isinstance(bound_to, dict):
-        raise ValueError("bound_to is not an object")
-    if bound_to.get("file") is None:
-        return record_data.unbound(str(bound_to.get("unbound") or "no reason given")[:1000])
-    if not isinstance(bound_to.get("file"), str) or not isinstance(bound_to.get("digest"), str):
-        raise ValueError("bound_to.file and bound_to.digest must be strings")
-    valid = {"file": bound_to["file"][:200], "size": _count(bound_to.get("size"), "bound_to.size"),
-             "members": _count(bound_to.get("members"), "bound_to.members"), "digest": bound_to["digest"][:100]}
-    others = bound_to.get("others")
-    if others is not None:  # absent from 0.6.0's records
-        if not isinstance(others, dict) or not isinstance(others.get("digest"), str):
-            raise ValueError("bound_to.others is not an object with a digest")
-        valid["others"] = {"files": _count(others.get("files"), "bound_to.others.files"),
-                           "digest": others["digest"][:100]}
-    return valid
-
-
-def _valid_first_step(first: Any) -> dict[str, Any] | None:
-    if first is None:
-        return None
-    if not isinstance(first, dict) or not isinstance(first.get("observed"), bool):
-        raise ValueError("first_step is not an object with observed true or false")
-    if not first["observed"]:
-        return {"observed": False, "why": str(first.get("why") or "")[:1000]}
-    return {"observed": True, "lrs": _lrs(first.get("lrs"), "first_step.lrs", optional=False),
-            "global_steps": _count(first.get("global_steps"), "first_step.global_steps")}
-
-
-def _valid_step0(step0: Any) -> dict[str, Any]:
-    """The run's step 0 as the record tells it (record_data's ``how``s), in the shape a record writes it and as the
-    job that resumes from it carries it (record_data.written_step0), every key present and the lrs decoded."""
-    shaped = record_data.written_step0(step0)
-    valid = {key: shaped.get(key) for key in record_data.STEP0_KEYS}
-    valid["why"] = str(valid["why"] or "")
-    for key in ("lrs", "expected"):
-        valid[key] = _lrs(valid[key], f"step0.{key}")
-    return valid
 
 
 def _model(data: dict[str, Any]) -> str | None:

@@ -4,12 +4,12 @@ make (``--summarize`` sums merged parts with it: parts.py), and the progress lin
 from __future__ import annotations
 
 import signal
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any, TextIO
 
+from ... import releases
 from .verdicts import AFFECTED, SKIPPED, UNREADABLE, VERDICTS
 
 
@@ -59,31 +59,6 @@ class Summary:
 
 def _release_key(release: str) -> tuple[int, ...]:
     try:
-        return tuple(int(part) for part in release.split(".")[:3])
+        return releases.parse(release)[:3]
     except ValueError:
         return (1 << 30,)
-
-
-class Progress:
-    """Runs judged, found and the rate on stderr while stderr is a terminal (tqdm, where it is installed: DeepSpeed,
-    transformers and accelerate's users have it); nothing otherwise, and never on stdout."""
-
-    def __init__(self) -> None:
-        self._bar: Any = None
-        if not sys.stderr.isatty() or sys.stdout.isatty():  # on a terminal, the reports are the progress
-            return
-        try:
-            from tqdm import tqdm
-        except ImportError:
-            return
-        self._bar = tqdm(desc="judged", unit=" runs", file=sys.stderr, leave=False, dynamic_ncols=True)
-
-    def judged(self, found: int) -> None:
-        if self._bar is not None:
-            self._bar.set_postfix_str(f"found {found}", refresh=False)  # the walk runs ahead with --jobs
-            self._bar.update()
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None

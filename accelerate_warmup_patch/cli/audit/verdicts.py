@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from ...record_data import RECORD_FILE as RECORD_FILE  # the record a patched run writes in each tag folder (judge's)
+
 AFFECTED, NOT_AFFECTED, UNKNOWN, UNREADABLE = "affected", "not affected", "unknown", "unreadable"
 SKIPPED = "skipped"  # a symlinked folder inside a PATH: not followed, named (its own PATH audits it)
 # every verdict, in the order the README, audit --help, docs/audit.md and the summary list them (a unit test checks)
 VERDICTS = (AFFECTED, NOT_AFFECTED, UNKNOWN, UNREADABLE, SKIPPED)
-RECORD_FILE = "accelerate_warmup_patch.json"  # the record a patched run writes in each tag folder

@@ -1,0 +1,221 @@
+"""Every save in a run's folder counts: the saves read beyond the one judged, a save no bound record vouches for,
+the engine each save belongs to, and the earlier saves a chain is read from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any
+
+from ... import record_data
+from . import checkpoint_pickle
+from .chain import WORST, step0_from_origin
+from .checkpoint_pickle import Unreadable
+from .find import Run
+from .judge import _judge
+from .read import Save, number, read_save
+from .stores import Store
+from .verdicts import AFFECTED, NOT_AFFECTED, RECORD_FILE, UNKNOWN
+
+
+def schedule(block: dict[str, Any], save: Save) -> tuple[str, dict[str, Any]]:
+    """The scheduler's type and params from a save's ``ds_config["scheduler"]``, as plain data."""
+    scheduler = block["type"] if isinstance(block["type"], str) else repr(checkpoint_pickle.plain(block["type"]))
+    try:
+        params = checkpoint_pickle.plain(block.get("params") or {})
+    except Unreadable as error:
+        raise Unreadable(f"{save.file.name}: the scheduler's params: {error}") from None
+    return scheduler, params if isinstance(params, dict) else {}
+
+
+_NAMED_SAVES = 3  # the saves a verdict's why names one by one (a run may hold hundreds)
+
+
+def every_save(run: Run, read: dict[PurePath, Save], report: dict[str, Any], config_root: str | None, *,
+                judged: tuple[Save, ...], scheduler: str, params: dict[str, Any]) -> None:
+    """A run judged ``not affected`` from some of its saves stays so only if no other save that took a step says
+    otherwise (its own, and those of the folder's other tag names that hold the same model: a tag's name does not
+    prove which engine saved it): one whose bound record observed step 0 run at another lr is ``affected``; one no
+    bound record vouches for was written by a process that resumed from a save here or started afresh unpatched, and
+    where such a fresh start on its release would not be ``not affected``, the files cannot tell which
+    (``unknown``). Each save is read once and not kept (a run with many saves costs one bounded read each)."""
+    if report["verdict"] != NOT_AFFECTED:
+        return  # affected is the worst already; unknown cannot be cleared by another save
+    found: list[tuple[str, str]] = []
+    model = read[run.tag].model if run.tag in read else None
+    steps = {save.global_steps for save in judged}
+    for tag in (*run.tags, *run.siblings):
+        if any(tag == save.tag for save in judged):
+            continue
+        try:
+            save = read[tag] if tag in read else read_save(tag, config_root, run.store)
+        except Unreadable as error:
+            if tag in run.tags:
+                found.append((UNKNOWN, f"the save {tag.name} cannot be read ({error}), and every save counts"))
+            continue
+        if tag in run.tags:
+            steps.add(save.global_steps)
+        elif not _same_engine(save, model, steps):
+            continue
+        if step_counts(save).ran is False:
+            continue  # no optimizer step before it: no lr was used yet
+        found.append(_vouched(report, save, scheduler, params) if save.record is not None and
+                     save.record.get("bound") else _fresh_start(report, save))
+    worst = [item for item in found if item[0] != NOT_AFFECTED]
+    if worst:
+        verdict = max((verdict for verdict, _ in worst), key=WORST.__getitem__)
+        report["verdict"] = verdict
+        more = [f"and {len(worst) - _NAMED_SAVES} more saves"] if len(worst) > _NAMED_SAVES else []
+        report["why"] = "; ".join([*(why for _, why in worst[:_NAMED_SAVES]), *more, f"the rest: {report['why']}"])
+        if verdict == UNKNOWN:
+            report["step0_lrs"] = report["step0_lr"] = None
+
+
+def _same_engine(sibling: Save, model: str | None, steps: set[Any]) -> bool:
+    """Whether a save under another tag name is this engine's, from what the files hold: the same model, saved at
+    a step count none of this engine's saves has (accelerate's save_state of two models saves both at one step: two
+    engines; custom tags such as epoch1..epoch4 across an upgrade resume: one engine at several steps)."""
+    if sibling.model is not None and model is not None and sibling.model != model:
+        return False
+    return sibling.global_steps not in steps
+
+
+def _vouched(report: dict[str, Any], save: Save, scheduler: str, params: dict[str, Any]) -> tuple[str, str]:
+    """Step 0 as another save's bound record tells it: an observed harm is proof; any other doubt is ``unknown``
+    (its chain may have a gap that an earlier record closes)."""
+    assert save.record is not None
+    scratch = {**report, "differences": [], "notes": []}
+    verdict, why = step0_from_origin(scratch, save.record["step0"], scheduler, params, save)
+    if verdict == NOT_AFFECTED:
+        return verdict, why
+    if verdict == AFFECTED and save.record["step0"]["how"] == record_data.OBSERVED:
+        report["differences"].extend(scratch["differences"])
+        return AFFECTED, f"the record of the save {save.tag.name} says: {why}"
+    return UNKNOWN, f"the record of the save {save.tag.name} does not prove step 0: {why}"
+
+
+def _fresh_start(report: dict[str, Any], save: Save) -> tuple[str, str]:
+    """A save no bound record vouches for: its process resumed from another save, or started afresh unpatched
+    (a rerun into the same folder, a save_latest=False run, a job on another release). Only where such a fresh
+    start, judged by the table on its release with its own config, would not be affected does it change nothing."""
+    block = save.config.get("scheduler")
+    if save.config_problem is not None or not isinstance(block, dict) or not block.get("type"):
+        return UNKNOWN, (f"the save {save.tag.name} took optimizer steps, no bound record vouches for it, and its "
+                         "config does not say which scheduler it ran")
+    scheduler, params = schedule(block, save)
+    optimizer = save.config.get("optimizer")
+    lr = optimizer.get("params", {}).get("lr") if isinstance(optimizer, dict) and \
+        isinstance(optimizer.get("params"), dict) else None
+    scratch = {**report, "optimizer_lr": number(lr), "param_groups": save.groups, "differences": [], "notes": [],
+               "verdict": UNKNOWN, "why": ""}
+    fresh = _judge(scratch, scheduler, params, save.version, save.version, later=False)
+    if fresh["verdict"] == NOT_AFFECTED:
+        return NOT_AFFECTED, ""
+    return UNKNOWN, (f"the save {save.tag.name} (DeepSpeed {save.version}, {save.global_steps} optimizer steps) has "
+                     "no record bound to it: its process resumed from a save this folder proves (then it changes "
+                     "nothing) or started afresh unpatched (then it ran as an unpatched run on that release: "
+                     f"{fresh['verdict']}), and the files cannot tell which")
+
+
+@dataclass(frozen=True)
+class Steps:
+    """Whether a save's optimizer had stepped, from every source the file holds: ``ran`` True (a source proves a
+    step), False (every source says none), None (they disagree and none proves a step); ``disagree`` says how."""
+
+    ran: bool | None
+    disagree: str | None = None
+
+
+def step_counts(save: Save) -> Steps:
+    """``global_steps`` counts engine.step()'s optimizer steps; the scheduler's ``last_batch_iteration`` (-1 when
+    built) counts its own steps, which engine.step() or user code takes; the optimizer's per-parameter state is
+    built at its first step, however it was called. A script that steps the optimizer and scheduler itself leaves
+    global_steps at 0."""
+    steps, iteration = save.global_steps, save.iteration
+    if steps != 0:
+        return Steps(True)  # a count, or none in the file (judged as a run that stepped, as before)
+    moved = isinstance(iteration, int) and iteration >= 0
+    if save.optimizer_stepped:
+        where = f", and the scheduler's last_batch_iteration is {iteration}" if moved else ""
+        return Steps(True, f"{save.tag.name}: global_steps is 0, but its optimizer's state shows it stepped{where}: "
+                            "the optimizer was stepped outside engine.step() (judged as a run that stepped)")
+    if moved:
+        return Steps(None, f"{save.tag.name}: global_steps is 0, but the scheduler's last_batch_iteration is "
+                            f"{iteration}: the optimizer was stepped outside engine.step(), or user code stepped the "
+                            "scheduler ahead of training, and this file does not show which")
+    return Steps(False)
+
+
+def read_earlier(tag: PurePath, read: dict[PurePath, Save], report: dict[str, Any], config_root: str | None,
+                  store: Store) -> Save | None:
+    """An earlier save, read once; None (and a note) where it cannot be read."""
+    if tag not in read:
+        try:
+            read[tag] = read_save(tag, config_root, store)
+        except Unreadable as error:
+            report["notes"].append(f"an earlier save, {tag}, cannot be read ({error}): not used")
+            return None
+    return read[tag]
+
+
+def newest_bound_record(run: Run, read: dict[PurePath, Save], report: dict[str, Any],
+                         config_root: str | None) -> Save | None:
+    """The newest save whose record 2 is bound to it: its chain tells how the run's step 0 ran. Only saves with a
+    record file beside them are read for it (an unpatched run's many saves are not)."""
+    for tag in reversed(run.tags):
+        if tag not in read and not run.store.exists(tag / RECORD_FILE):
+            continue
+        save = read[tag] if tag in read else read_earlier(tag, read, report, config_root, run.store)
+        if save is not None and save.record is not None and save.record.get("bound"):
+            return save
+    return None
+
+
+def copied_from(run: Run, newest: Save, report: dict[str, Any], config_root: str | None) -> Save | None:
+    """A save without a record whose model-states file is a byte copy of another tag's in the folder that has a
+    bound record (a universal checkpoint: ds_to_universal copies the model states, not the record; a copied tag
+    folder): that save, its record marked ``bound`` where the file holds the weights (so its bytes tell runs
+    apart), else with ``bound`` False and why (ZeRO 3, the pipeline). None where no tag matches."""
+    recorded = [tag for tag in run.siblings if run.store.exists(tag / RECORD_FILE)]  # from the walk's listing
+    if not recorded:
+        return None
+    try:
+        bound = read_save(run.tag, config_root, run.store, bind=True).binding
+    except Unreadable:
+        return None
+    if bound is None:
+        return None
+    for tag in recorded:
+        try:
+            save = read_save(tag, config_root, run.store)
+        except Unreadable:
+            continue
+        if save.record is None or not save.record.get("bound") or \
+                not record_data.same_model_states(save.record["bound_to"], bound):
+            continue
+        report["notes"].append(f"{newest.tag.name} holds no record; its model-states file is a copy of "
+                               f"{tag.name}'s (a universal checkpoint, or a copied tag folder)")
+        if not record_data.holds_weights(run.store.names(tag), bound["file"]):
+            save.record = {**save.record, "bound": False,
+                           "why": f"{newest.tag.name} holds no record, and the model states it copied from "
+                                  f"{tag.name} hold no weights (ZeRO 3, or the pipeline's layer files): its record "
+                                  "proves nothing about it"}
+        return save
+    return None
+
+
+def earlier_proof(run: Run, read: dict[PurePath, Save], report: dict[str, Any], config_root: str | None,
+                   chain: Save) -> Save | None:
+    """Where the chain's step 0 ran unrecorded (a save with no bound record between two patched processes), the
+    newest save before it whose bound record observed step 0: it may be where that unrecorded process resumed from."""
+    if chain.record is None or chain.record["step0"]["how"] != record_data.UNRECORDED:
+        return None
+    tags = run.tags[:run.tags.index(chain.tag)] if chain.tag in run.tags else ()
+    for tag in reversed(tags):
+        if tag not in read and not run.store.exists(tag / RECORD_FILE):
+            continue
+        save = read_earlier(tag, read, report, config_root, run.store)
+        if save is not None and save.record is not None and save.record.get("bound") and \
+                save.record["step0"]["how"] == record_data.OBSERVED:
+            return save
+    return None
