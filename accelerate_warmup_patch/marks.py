@@ -28,14 +28,11 @@ from .state import STATE
 FILE_NAME = record_data.RECORD_FILE
 RECORD = record_data.RECORD
 
-# what this process's patch did about optimizer step 0 of a scheduler (the record's "step0")
-FIXED = "fixed"  # changed its build-time behaviour (reset), or stepped it once before the first step (step)
-# (the record's step0.patch_did keeps "fixed" and "as-release" only where its first step ran at 0.19.8's lrs)
-WARNED = "warned"  # warn mode: reset would have changed it, and nothing was changed
-AS_RELEASE = "as-release"  # fresh when seen, and the build already starts it as the reference does
-EARLIER_PROCESS = "earlier-process"  # had stepped, or was restored, when seen: step 0 ran in an earlier process
-LEFT = "left"  # the patch could not decide, or failed, and left it as the release made it (a warning said so)
-UNKNOWN = "unknown"  # not one of DeepSpeed's schedulers, or the patch never saw it
+# what this process's patch did about optimizer step 0 of a scheduler (the record's "scheduler.step0"): the words
+# are the record's (record_data), which the audit reads; step0.patch_did keeps "fixed" and "as-release" only where
+# the first step ran at 0.19.8's lrs
+FIXED, WARNED, AS_RELEASE = record_data.FIXED, record_data.WARNED, record_data.AS_RELEASE
+EARLIER_PROCESS, LEFT, UNKNOWN = record_data.EARLIER_PROCESS, record_data.LEFT, record_data.UNKNOWN
 
 
 @dataclass(frozen=True)

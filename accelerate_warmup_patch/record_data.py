@@ -55,7 +55,8 @@ WARNED = "warned"  # warn mode: reset would have changed it, and nothing was cha
 AS_RELEASE = "as-release"  # fresh when seen, and the release already starts it as the reference does
 EARLIER_PROCESS = "earlier-process"  # had stepped, or was restored, when seen: step 0 ran in an earlier process
 LEFT = "left"  # the patch could not decide, or failed, and left it as the release made it
-SCHEDULER_STEP0S = (FIXED, WARNED, AS_RELEASE, EARLIER_PROCESS, LEFT, "unknown")
+UNKNOWN = "unknown"  # not one of DeepSpeed's schedulers, or the patch never saw it
+SCHEDULER_STEP0S = (FIXED, WARNED, AS_RELEASE, EARLIER_PROCESS, LEFT, UNKNOWN)
 
 
 def lowest_model_states(folder: str) -> str | None:

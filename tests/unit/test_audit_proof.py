@@ -486,13 +486,6 @@ def test_a_record_the_job_carries_is_exactly_a_record_the_audit_reads(tmp_path: 
         assert any("not a record this audit reads" in note for note in report["notes"]), report
 
 
-def test_every_word_the_job_writes_for_its_scheduler_is_the_records_word() -> None:
-    # marks.py still names them itself (it is being changed beside #48); the words must stay the record's
-    written = (marks.FIXED, marks.WARNED, marks.AS_RELEASE, marks.EARLIER_PROCESS, marks.LEFT)
-    assert written == (record_data.FIXED, record_data.WARNED, record_data.AS_RELEASE, record_data.EARLIER_PROCESS,
-                       record_data.LEFT)
-
-
 def test_a_records_temporary_file_is_named_as_partial_and_a_stale_one_is_removed(tmp_path: Path) -> None:
     stale = tmp_path / ".accelerate_warmup_patch.0a1b2c.partial"
     fresh = tmp_path / ".accelerate_warmup_patch.ff.partial"
