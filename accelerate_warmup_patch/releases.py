@@ -110,6 +110,29 @@ def is_release(version: str) -> bool:
     return re.fullmatch(r"\s*v?\d+(?:\.\d+)*\s*", version) is not None
 
 
+def between_rows(version: str) -> bool:
+    """True for a number that falls between two rows of a scheduler class (``0.18.10``: WarmupCosineLR's rows end at
+    0.18.9 and start again at 0.19.0): no release of that number was read, so the table does not know its code."""
+    parsed = parse(version)
+    for scheduler in dict.fromkeys(fact.subject for fact in SCHEDULER_STARTS):
+        spans = [fact.span for fact in SCHEDULER_STARTS if fact.subject == scheduler]
+        if not any(span.contains(parsed) for span in spans) and any(parse(span.first) > parsed for span in spans) \
+                and any(span.last is not None and parse(span.last) < parsed for span in spans):
+            return True
+    return False
+
+
+def not_the_release(version: str) -> str | None:
+    """Why this version's number says nothing sure about its code, in a few words ("a build, not the release
+    0.15.3"); None for the number of a release the table was read at."""
+    number = ".".join(map(str, parse(version)))
+    if not is_release(version):
+        return f"a build, not the release {number}"
+    if between_rows(version):
+        return "a number between two releases the table was read at, no release it knows"
+    return None
+
+
 @dataclass(frozen=True)
 class VendorBuild:
     """A vendor's build of DeepSpeed whose code is known: the upstream release it carries, and what differs."""

@@ -394,16 +394,17 @@ def report(config_args: dict[str, Any] | None = None, python_flags: list[str] | 
 def _probed_build(deepspeed: str | None, notes: list[str]) -> dict[str, Any] | None:
     """On a build that is not a release: what its scheduler classes do (probe_build.py), with a note on it; None on a
     release, whose number the table answers for."""
-    if deepspeed is None or releases.is_release(deepspeed):
+    what = releases.not_the_release(deepspeed) if deepspeed is not None else None
+    if deepspeed is None or what is None:
         return None
     number = ".".join(map(str, releases.parse(deepspeed)))
     probed = probe_build.probe(deepspeed)
     if "error" in probed:
-        notes.append(f"DeepSpeed {deepspeed} is a build, not the release {number}, and probing its scheduler classes "
+        notes.append(f"DeepSpeed {deepspeed} is {what}, and probing its scheduler classes "
                      f"failed ({probed['error']}): the verdicts are the table's for {number}")
         return probed
     differs = "; ".join(probed["differs_from_table"]) or "nothing"
-    notes.append(f"DeepSpeed {deepspeed} is a build, not the release {number}"
+    notes.append(f"DeepSpeed {deepspeed} is {what}"
                  + (f" ({probed['vendor']})" if probed["vendor"] else "")
                  + f": probed, its scheduler classes lack {', '.join(probed['lacks']) or 'no backported change'}; "
                  f"where they differ from what the table says of {number}: {differs}. A patched process acts on "

@@ -115,9 +115,9 @@ def print_text(data: dict[str, Any]) -> None:
         print(f"  DeepSpeed {versions.get('deepspeed')}: " + ", ".join(f"{k} {v}" for k, v in verdicts.items()))
     probed = (status or {}).get("probed")
     deepspeed = versions.get("deepspeed")
-    if deepspeed and not probed and not releases.is_release(deepspeed):
+    if deepspeed and not probed and releases.not_the_release(deepspeed) is not None:
         number = ".".join(map(str, releases.parse(deepspeed)))
-        print(f"  DeepSpeed {deepspeed} is a build, not the release {number}: these verdicts are the table's for "
+        print(f"  DeepSpeed {deepspeed} is {releases.not_the_release(deepspeed)}: these verdicts are the table's for "
               f"{number}; `status --live` or `doctor` asks what its scheduler classes do")
     if probed and probed["differs_from_table"]:
         differs = "; ".join(probed["differs_from_table"])

@@ -67,6 +67,25 @@ def test_an_unpatched_run_of_a_build_is_unknown_with_the_reason(tmp_path: Path) 
     assert report["verdict"] == "unknown" and "is a build, not the release 0.15.3" in report["why"], report
 
 
+@pytest.mark.parametrize(("version", "between"), [
+    ("0.18.10", True), ("0.18.9", False), ("0.19.0", False), ("0.16.3", False), ("0.14.4", False),
+])
+def test_a_number_between_two_rows_of_the_table_is_no_release_it_knows(version: str, between: bool) -> None:
+    # 0.18.10: WarmupCosineLR's rows end at 0.18.9 and start again at 0.19.0 (#46 item 6)
+    assert releases.between_rows(version) is between
+    assert (releases.not_the_release(version) is not None) is between
+
+
+@pytest.mark.parametrize("scheduler", ["WarmupCosineLR", "WarmupLR"])
+def test_an_unpatched_run_between_two_rows_is_unknown_with_the_reason(tmp_path: Path, scheduler: str) -> None:
+    # the WarmupLR run was "not affected" from the rows around it, the cosine one "older than the guard table"
+    params: dict[str, float] = {"total_num_steps": 10} if scheduler == "WarmupCosineLR" else {"warmup_min_lr": 0.0}
+    files.write_run(tmp_path / "run", version="0.18.10", groups=2,
+                    scheduler={"type": scheduler, "params": {**params, "warmup_num_steps": 5}})
+    _, report = files.one(tmp_path / "run")
+    assert report["verdict"] == "unknown" and "between two releases the table was read at" in report["why"], report
+
+
 def test_an_unpatched_run_of_a_known_vendor_build_is_judged_as_the_release_it_carries(tmp_path: Path) -> None:
     files.write_run(tmp_path / "run", version="0.14.4+hpu.synapse.v1.19.0")
     _, report = files.one(tmp_path / "run")

@@ -38,7 +38,7 @@ def _judge(report: dict[str, Any], scheduler: str, params: dict[str, Any], versi
         level = releases.deepspeed_support(version)
     except ValueError:
         return unreadable_report(report, f"ds_version {version!r} is not a release number")
-    if not releases.is_release(version):
+    if releases.not_the_release(version) is not None:
         known = _build_as_release(report, version)
         if known is None:
             return report
@@ -114,10 +114,9 @@ def _build_as_release(report: dict[str, Any], version: str) -> str | None:
         report["notes"].append(f"DeepSpeed {version} is {vendor.name}: upstream {vendor.carries}'s schedulers; "
                                f"{vendor.differences}")
         return vendor.carries
-    number = ".".join(map(str, releases.parse(version)))
-    report["why"] = (f"DeepSpeed {version} is a build, not the release {number}: its schedulers may run otherwise "
-                     f"than {number}'s (a build from git before or after a fix, a cherry-pick, a vendor's fork), "
-                     "and no record bound to these files says how its step 0 ran")
+    report["why"] = (f"DeepSpeed {version} is {releases.not_the_release(version)}: the table does not know its "
+                     "schedulers' code (a build from git before or after a fix, a cherry-pick, a vendor's fork), and "
+                     "no record bound to these files says how its step 0 ran")
     return None
 
 
