@@ -109,8 +109,10 @@ def step_lr() -> str:
     answer = probed()
     if answer is not None:
         return answer.step_lr
+    # the table's rows of the two changes (PR #7633 tensor_type, #8202 tensor_in_place), not numbers written here
     version = releases.parse(wrapping.deepspeed_version())
-    return IN_PLACE if version >= (0, 19, 4) else NEW_TENSOR if version >= (0, 18, 1) else FLOAT
+    since = {change.key: releases.parse(change.release) for change in releases.UPSTREAM_CHANGES}
+    return IN_PLACE if version >= since["tensor_in_place"] else NEW_TENSOR if version >= since["tensor_type"] else FLOAT
 
 
 def table_lacks(answer: Probed) -> frozenset[tuple[str, str]]:

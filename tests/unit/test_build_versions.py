@@ -53,6 +53,15 @@ def test_the_probes_answer_decides_where_the_number_would_not(probed: installed.
         installed.lacks("strat", "WarmupLR")
 
 
+@pytest.mark.parametrize(("version", "step_lr"), [("0.18.0", installed.FLOAT), ("0.18.1", installed.NEW_TENSOR),
+                                                  ("0.19.3", installed.NEW_TENSOR), ("0.19.4", installed.IN_PLACE)])
+def test_without_a_probe_a_tensor_lrs_step_is_the_tables(monkeypatch: pytest.MonkeyPatch, version: str,
+                                                         step_lr: str) -> None:
+    monkeypatch.setattr(STATE, "deepspeed_version", version)
+    monkeypatch.setattr(STATE, "probed", None)
+    assert installed.step_lr() == step_lr
+
+
 def test_without_a_probe_the_table_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(STATE, "deepspeed_version", "0.15.3")
     monkeypatch.setattr(STATE, "probed", None)
