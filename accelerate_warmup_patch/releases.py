@@ -311,12 +311,6 @@ def methods_to_fix(deepspeed_version: str) -> tuple[tuple[str, str], ...]:
     return tuple(dict.fromkeys(wanted))
 
 
-def writes_through_update_lr(deepspeed_version: str) -> bool:
-    """From 0.15.3 every scheduler writes the groups' lrs through the module's update_lr; before, step()
-    assigns ``param_group['lr'] = lr`` itself (lr_schedules.py @ v0.9.0..v0.19.8)."""
-    return parse(deepspeed_version) >= (0, 15, 3)
-
-
 def built_wrong(scheduler: str, deepspeed_version: str) -> bool:
     """True where this release builds a scheduler of this class otherwise than the newest does (a backported
     change of the constructor is missing: the start lr, the default peak, an unknown warmup_type): the only

@@ -200,12 +200,6 @@ def test_warmup_lrs_default_peak_on_each_release(version: str, default: MaxLrDef
     assert releases.warmup_max_lr_default(version) is default
 
 
-@pytest.mark.parametrize(("version", "through_update_lr"), [("0.9.0", False), ("0.15.2", False), ("0.15.3", True),
-                                                            (UNTESTED, True)])
-def test_from_0_15_3_every_scheduler_writes_through_update_lr(version: str, through_update_lr: bool) -> None:
-    assert releases.writes_through_update_lr(version) is through_update_lr
-
-
 @pytest.mark.parametrize(("version", "method"), [("0.8.9", None), ("0.9.0", "_take_model_step"),
                                                  ("0.15.2", "_take_model_step"), ("0.19.8", "_take_model_step"),
                                                  (UNTESTED, "_take_model_step")])
