@@ -230,9 +230,10 @@ _CLAIMS_THE_REFERENCE = (FIXED, AS_RELEASE)
 
 
 def _step0(engine: Any, scheduler: Any, mode: str, carried: witness.Carried | None) -> dict[str, Any]:
-    """The run's step 0 as this process knows it: carried from the save it loaded when that save had stepped,
-    else what this process observed at its first optimizer step (the run started here)."""
-    if carried is not None and carried.global_steps != 0:
+    """The run's step 0 as this process knows it: carried from the save it loaded when that save had stepped (or the
+    load restored the scheduler past step 0), else what this process observed at its first optimizer step (the
+    run started here)."""
+    if carried is not None and (carried.global_steps != 0 or carried.resumed):
         return carried.step0
     version = wrapping.deepspeed_version()
     name = schedules.class_name(scheduler) if scheduler is not None else None

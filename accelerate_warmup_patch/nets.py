@@ -7,7 +7,8 @@
   looks at its scheduler just before the first one, and steps it once only if it is still fresh (user code
   may have stepped it).
 - ``DeepSpeedEngine.load_checkpoint``: on a release that starts the class wrong, or in step mode, the
-  optimizer's lr is aligned with the scheduler the checkpoint restored when the optimizer's lr was not.
+  optimizer's lr is aligned with the scheduler the checkpoint restored when the optimizer's lr was not (as
+  observed before and after the load: loads.py).
 - For the record (marks.py, witness.py), where a net already sees an engine: a one-shot watch of its first
   optimizer step, and after a load what the loaded save carries in.
 
@@ -17,12 +18,11 @@ asks what the build does: installed.py), and only through ``schedules.change``.
 
 from __future__ import annotations
 
-import inspect
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import backport, failures, installed, log, marks, releases, schedules, witness
+from . import backport, failures, installed, loads, log, marks, releases, schedules, witness
 from .settings import ENV_MODE, Mode
 from .state import STATE
 
@@ -50,36 +50,50 @@ def optimizer_step_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any
     return wrapped(*args, **kwargs)
 
 
-def load_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``DeepSpeedEngine.load_checkpoint``: after a load that did not restore the optimizer's lr, align it."""
-    signature = inspect.signature(original)
-
-    def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-        result = wrapped(*args, **kwargs)
-        if _first_of(result) is not None and STATE.mode is not None:
-            try:
+def load_checkpoint_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
+    """``DeepSpeedEngine.load_checkpoint``: after a load that restored the scheduler but not the optimizer's lr,
+    align it. What the load restored is observed (loads.py), not read from the arguments: a fork's load may
+    restore what upstream's does not."""
+    before = _look(instance) if STATE.mode is not None else None
+    result = wrapped(*args, **kwargs)
+    if _first_of(result) is not None and STATE.mode is not None:
+        resumed = False
+        try:
+            found = _restored(before, instance)
+            if found.scheduler:
                 marks.resumed(instance)  # the record: step 0 of a restored scheduler ran in an earlier process
-                if not _optimizer_lr_restored(signature, instance, args, kwargs):
-                    align_after_load(instance)
-            except Exception as error:
-                failures.report("align", what="aligning the lr after load_checkpoint", error=error,
-                                consequence="the lr after this load is left as DeepSpeed set it")
-            try:  # after the align: the watch sees the lr the next step really runs at
-                if marks.writes_records(instance):
-                    witness.loaded(instance, _first_of(result), result[1] if isinstance(result, tuple) and
-                                   len(result) > 1 else None)
-            except Exception as error:
-                failures.report("carry", what="reading the record of the loaded checkpoint", error=error,
-                                consequence="the records this process writes say step 0's history is unknown")
-        return result
+                resumed = not schedules.is_fresh(instance.lr_scheduler)
+            if found.aligns:
+                align_after_load(instance)
+        except Exception as error:
+            failures.report("align", what="aligning the lr after load_checkpoint", error=error,
+                            consequence="the lr after this load is left as DeepSpeed set it")
+        try:  # after the align: the watch sees the lr the next step really runs at
+            if marks.writes_records(instance):
+                witness.loaded(instance, _first_of(result), result[1] if isinstance(result, tuple) and
+                               len(result) > 1 else None, resumed=resumed)
+        except Exception as error:
+            failures.report("carry", what="reading the record of the loaded checkpoint", error=error,
+                            consequence="the records this process writes say step 0's history is unknown")
+    return result
 
-    return wrapper
+
+def _look(engine: Any) -> loads.Look | BaseException | None:
+    """The engine before the load; what went wrong where it cannot be read (the load runs all the same)."""
+    try:
+        return loads.look(engine)
+    except Exception as error:
+        return error
 
 
-def _optimizer_lr_restored(signature: inspect.Signature, engine: Any, args: Any, kwargs: Any) -> bool:
-    arguments = signature.bind(engine, *args, **kwargs)
-    arguments.apply_defaults()
-    return bool(arguments.arguments["load_optimizer_states"]) and not arguments.arguments.get("load_module_only")
+def _restored(before: loads.Look | BaseException | None, engine: Any) -> loads.Restored:
+    """What the load restored; raises where the engine could not be read before it (nothing is aligned)."""
+    if isinstance(before, BaseException):
+        raise before
+    after = loads.look(engine)
+    if before is None or after is None:  # no scheduler before or after: nothing to align, nothing resumed
+        return loads.Restored(scheduler=False, optimizer_lr=False)
+    return loads.restored(before, after)
 
 
 def prepare_first_step(engine: Any, when: str = "before the first optimizer step") -> None:
@@ -193,8 +207,9 @@ def align_after_load(engine: Any) -> None:
     scheduler says, as in an uninterrupted run: on a release that builds the class wrong (the fresh
     optimizer holds a wrong lr), and in step mode; the newest release itself does not align in reset mode.
 
-    Where the optimizer's states were loaded, the caller never gets here: the restored lr is the
-    checkpoint's, as on the newest release.
+    Where the load restored the optimizer's lr (it replaced the groups or changed their lrs), or did not restore
+    the scheduler, the caller never gets here: the lr is the checkpoint's, or the one the run held, as on the
+    newest release.
     """
     scheduler: Any = getattr(engine, "lr_scheduler", None)
     name = schedules.class_name(scheduler) if scheduler is not None else None

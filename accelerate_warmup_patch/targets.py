@@ -58,7 +58,7 @@ def _wrap_initialize(deepspeed: ModuleType, engine_class: type, version: str) ->
 
 
 def _wrap_load_checkpoint(deepspeed: ModuleType, engine_class: type, version: str) -> None:
-    wrapping.wrap(engine_class, "load_checkpoint", nets.load_checkpoint_wrapper(vars(engine_class)["load_checkpoint"]))
+    wrapping.wrap(engine_class, "load_checkpoint", nets.load_checkpoint_wrapper)
 
 
 def _wrap_save_checkpoint(deepspeed: ModuleType, engine_class: type, version: str) -> None:

@@ -44,6 +44,9 @@ class Carried:
     global_steps: int | None  # the engine's global_steps after the load (0: the run's step 0 is still to come)
     step0: dict[str, Any]  # the loaded record's step0, or why there is none
     loads: list[dict[str, Any]]  # this load and the loads the loaded record listed, newest first, bounded
+    # the load restored the scheduler past step 0: the run's step 0 is behind even where global_steps is 0 (a
+    # fork's load_module_only restores the scheduler and not global_steps: loads.py)
+    resumed: bool = False
 
 
 def watch(engine: Any, *, again: bool = False) -> None:
@@ -156,8 +159,9 @@ def carried(engine: Any) -> Carried | None:
 
 # The load ---------------------------------------------------------------------------------------------------
 
-def loaded(engine: Any, load_path: Any, client_state: Any) -> None:
-    """After load_checkpoint returned ``(load_path, client_state)``: what the save carries into this process."""
+def loaded(engine: Any, load_path: Any, client_state: Any, *, resumed: bool = False) -> None:
+    """After load_checkpoint returned ``(load_path, client_state)``: what the save carries into this process
+    (``resumed``: the load restored the scheduler past step 0)."""
     if not isinstance(load_path, str):
         return
     folder = os.path.dirname(load_path)
@@ -167,7 +171,7 @@ def loaded(engine: Any, load_path: Any, client_state: Any) -> None:
     hop: dict[str, Any] = {"tag": os.path.basename(folder), "deepspeed": version, "global_steps": steps,
                            "scheduler": record_data.scheduler_type(state.get("ds_config")), "record": None}
     story, earlier = _story(folder, hop)
-    STATE.carried[id(engine)] = Carried(steps, story, [hop, *earlier][:record_data.MAX_LOADS])
+    STATE.carried[id(engine)] = Carried(steps, story, [hop, *earlier][:record_data.MAX_LOADS], resumed)
     watch(engine, again=True)
 
 

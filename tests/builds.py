@@ -17,6 +17,7 @@ upstream code is copied into the project; each edit asserts that it found what i
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shutil
 from collections.abc import Callable, Sequence
@@ -24,6 +25,8 @@ from pathlib import Path
 
 SCHEDULES = ("deepspeed", "runtime", "lr_schedules.py")
 VERSION = ("deepspeed", "git_version_info_installed.py")
+ENGINE = ("deepspeed", "runtime", "engine.py")
+RECOVERY = ("deepspeed", "utils", "zero_to_fp32.py")
 
 
 def _installed(parts: Sequence[str]) -> Path:
@@ -32,13 +35,20 @@ def _installed(parts: Sequence[str]) -> Path:
     return Path(spec.origin).parent.joinpath(*parts[1:])
 
 
-def make(folder: Path, version: str, *edits: Callable[[str], str]) -> Path:
-    """A build in ``folder``: the installed lr_schedules.py with ``edits`` applied, labelled ``version``."""
-    source = _installed(SCHEDULES).read_text()
-    for edit in edits:
-        source = edit(source)
+def make(folder: Path, version: str, *edits: Callable[[str], str],
+         engine: Sequence[Callable[[str], str]] = ()) -> Path:
+    """A build in ``folder``: the installed lr_schedules.py with ``edits`` applied (and engine.py with ``engine``'s,
+    where given), labelled ``version``."""
     (folder / "deepspeed" / "runtime").mkdir(parents=True, exist_ok=True)
-    folder.joinpath(*SCHEDULES).write_text(source)
+    for parts, changes in ((SCHEDULES, edits), (ENGINE, engine)):
+        if parts is SCHEDULES or changes:
+            source = _installed(parts).read_text()
+            for edit in changes:
+                source = edit(source)
+            folder.joinpath(*parts).write_text(source)
+    if engine:  # engine.py copies this script beside a ZeRO save from its own folder (_copy_recovery_script)
+        folder.joinpath(*RECOVERY).parent.mkdir(parents=True)
+        shutil.copy(_installed(RECOVERY), folder.joinpath(*RECOVERY))
     label = re.sub(r"(?m)^version\s*=.*$", f"version={version!r}", _installed(VERSION).read_text())
     assert f"version={version!r}" in label, "the installed git_version_info_installed.py has no version line"
     folder.joinpath(*VERSION).write_text(label)
@@ -50,8 +60,8 @@ def make(folder: Path, version: str, *edits: Callable[[str], str]) -> Path:
 
 
 def env(folder: Path) -> dict[str, str]:
-    """The environment of an interpreter that runs the build in ``folder``."""
-    return {"PYTHONPATH": str(folder)}
+    """The environment of an interpreter that runs the build in ``folder`` (before the paths it had)."""
+    return {"PYTHONPATH": os.pathsep.join(filter(None, (str(folder), os.environ.get("PYTHONPATH"))))}
 
 
 def _class(source: str, name: str) -> tuple[int, int]:
@@ -91,3 +101,15 @@ def tensor_step(source: str) -> str:
                      "                lr = torch.tensor(lr, dtype=param_group['lr'].dtype, "
                      "device=param_group['lr'].device)\n"
                      "            param_group['lr'] = lr\n")
+
+
+def module_only_restores_the_scheduler(source: str) -> str:
+    """EleutherAI's DeeperSpeed load (deepspeed/runtime/engine.py's ``_load_checkpoint`` at its tag v3.0, commit
+    91d1c55, and main, 65d9f99, both version 0.16.5, read for issue #46): under ``load_module_only`` it restores
+    the lr scheduler too, where ``load_lr_scheduler_states`` asks it, and still neither the optimizer nor
+    global_steps. Upstream's (0.15.2, 0.19.8) restores only the module there. Written from that reading."""
+    anchor = "        if load_module_only:\n            deepspeed_states = ['module']\n"
+    assert source.count(anchor) == 1, "engine.py's _load_checkpoint has no load_module_only branch as 0.15.2's"
+    return source.replace(anchor, anchor + "            if load_lr_scheduler_states and self.lr_scheduler is not None:"
+                          "  # DeeperSpeed's\n"
+                          "                self.lr_scheduler.load_state_dict(checkpoint['lr_scheduler'])\n")

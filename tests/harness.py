@@ -79,6 +79,7 @@ class Spec:
     save_to: str | None = None  # save a DeepSpeed checkpoint here after training (accelerate: save_state)
     resume_from: str | None = None  # load this checkpoint before training
     load_optimizer_states: bool = True
+    load_module_only: bool = False  # load_checkpoint(load_module_only=True): upstream restores the module alone
     load_lr_scheduler_states: bool = True
     bf16: bool = False
     offload: bool = False  # ZeRO optimizer offload to CPU
@@ -224,7 +225,7 @@ def _tensor_lr_optimizer(spec: Spec, params: Any) -> Any:
 def _load(spec: Spec, engine: Any) -> None:
     _, client_state = engine.load_checkpoint(
         spec.resume_from, tag="ckpt", load_optimizer_states=spec.load_optimizer_states,
-        load_lr_scheduler_states=spec.load_lr_scheduler_states)
+        load_lr_scheduler_states=spec.load_lr_scheduler_states, load_module_only=spec.load_module_only)
     LOADED["client_state"] = client_state
 
 

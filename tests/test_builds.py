@@ -120,3 +120,33 @@ def test_a_vendor_build_whose_step_keeps_tensor_lrs_keeps_them_patched(tmp_path:
         assert types == [["tensor torch.float32"] * 2] * len(newest(LINEAR)), types
     for row, expected in zip(fixed["lrs"], newest(LINEAR), strict=True):
         assert all(math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12) for a, b in zip(row, expected)), (row, expected)
+
+
+
+SPLIT = 3  # optimizer steps before the save; the resumed run makes the rest
+
+
+def test_a_fork_whose_module_only_load_restores_the_scheduler_is_aligned_as_it_restored(tmp_path: Path) -> None:
+    """EleutherAI's DeeperSpeed restores the scheduler under load_module_only, and neither the optimizer nor
+    global_steps (builds.module_only_restores_the_scheduler). Patched, the load net sees what the load restored:
+    the optimizer's lr is aligned with the restored scheduler, as after upstream's load of the scheduler without
+    the optimizer, so every step after the load runs at 0.19.8's lr for its position; and the record carries the
+    run's step 0 from the save (it ran in the first process), never this process's first step."""
+    build = builds.make(tmp_path / "build", "0.16.5+4a3b2c1", engine=[builds.module_only_restores_the_scheduler])
+    saves = {name: tmp_path / name for name in ("plain", "fixed", "plain-resumed", "fixed-resumed")}
+    first = replace(COSINE, zero=1, steps=SPLIT)
+    run_build(build, replace(first, save_to=str(saves["plain"])), replace(patched(first), save_to=str(saves["fixed"])))
+    resumed = replace(patched(first), steps=COSINE.steps - SPLIT, load_module_only=True)
+    _, (unpatched, *fixed) = run_build(
+        build, replace(resumed, patch="none", resume_from=str(saves["plain"])),
+        *(replace(resumed, resume_from=str(saves[name]), save_to=str(saves[f"{name}-resumed"]))
+          for name in ("plain", "fixed")))
+    assert unpatched[0] == TWO and unpatched[1:] == newest(COSINE)[SPLIT + 1:]  # the fork: scheduler restored
+    assert fixed == [newest(COSINE)[SPLIT:]] * 2
+    for name, step0 in (("plain", "unrecorded"), ("fixed", "observed")):
+        record = json.loads((saves[f"{name}-resumed"] / "ckpt" / RECORD).read_text())
+        assert record["step0"]["how"] == step0, record["step0"]
+    plain, fixed_run = audit(tmp_path, saves["plain-resumed"], saves["fixed-resumed"])
+    # its step 0 ran unpatched, at the optimizer's lr, on a build that is no release nor a vendor build it knows
+    assert plain["verdict"] == "unknown" and "is a build, not the release 0.16.5" in plain["why"], plain
+    assert fixed_run["verdict"] == "not affected" and fixed_run["step0_lrs"] == newest(COSINE)[0], fixed_run

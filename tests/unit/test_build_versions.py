@@ -4,11 +4,12 @@ table knows, what installed.py answers from a probe's answer and without one, an
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import audit_files as files
 import pytest
 
-from accelerate_warmup_patch import installed, releases
+from accelerate_warmup_patch import installed, loads, releases
 from accelerate_warmup_patch.releases import MaxLrDefault, Start
 from accelerate_warmup_patch.state import STATE
 
@@ -100,3 +101,53 @@ def test_an_unpatched_run_of_a_known_vendor_build_is_judged_as_the_release_it_ca
     _, report = files.one(tmp_path / "run")
     assert report["verdict"] == "affected" and report["step0_lr"] == 0.001, report
     assert any("Intel Gaudi" in note for note in report["notes"]), report
+
+
+def _engine(position: int, *lrs: float) -> SimpleNamespace:
+    """An engine as the load net reads it: a scheduler at ``position`` over an optimizer with groups of ``lrs``."""
+    optimizer = SimpleNamespace(param_groups=[{"params": [], "lr": lr} for lr in lrs])
+    return SimpleNamespace(lr_scheduler=SimpleNamespace(optimizer=optimizer, last_batch_iteration=position))
+
+
+def _look(engine: SimpleNamespace) -> loads.Look:
+    seen = loads.look(engine)
+    assert seen is not None
+    return seen
+
+
+def test_a_load_that_restores_the_scheduler_and_leaves_the_optimizer_is_the_one_aligned() -> None:
+    """DeeperSpeed's load_module_only (or upstream's load without the optimizer's states): the scheduler moved, the
+    optimizer's groups are the very same, with the same lrs."""
+    engine = _engine(-1, 0.0, 0.0)
+    before = _look(engine)
+    engine.lr_scheduler.last_batch_iteration = 2
+    found = loads.restored(before, _look(engine))
+    assert found == loads.Restored(scheduler=True, optimizer_lr=False) and found.aligns
+
+
+@pytest.mark.parametrize("load", ["replaced groups", "lr written", "another group count"])
+def test_a_load_that_restores_the_optimizers_lr_is_not_aligned(load: str) -> None:
+    """torch's Optimizer.load_state_dict replaces every group; a build may write the lr into the same group."""
+    engine = _engine(-1, 0.0, 0.0)
+    before = _look(engine)
+    engine.lr_scheduler.last_batch_iteration = 2
+    groups = engine.lr_scheduler.optimizer.param_groups
+    if load == "replaced groups":  # the checkpoint's lrs happen to be the fresh ones: the groups are new
+        engine.lr_scheduler.optimizer.param_groups = [dict(group) for group in groups]
+    elif load == "lr written":
+        groups[0]["lr"] = 0.0007
+    else:
+        groups.pop()
+    found = loads.restored(before, _look(engine))
+    assert found.scheduler and found.optimizer_lr and not found.aligns
+
+
+def test_upstreams_module_only_load_restores_nothing_the_net_acts_on() -> None:
+    """Upstream's load_module_only restores the module alone (engine.py @ v0.15.2, v0.19.8): a scheduler this
+    process stepped stays this process's, neither aligned nor said to be resumed."""
+    engine = _engine(4, 0.0007, 0.00035)
+    before = _look(engine)
+    found = loads.restored(before, _look(engine))
+    assert found == loads.Restored(scheduler=False, optimizer_lr=False) and not found.aligns
+    engine.lr_scheduler = SimpleNamespace(optimizer=engine.lr_scheduler.optimizer, last_batch_iteration=4)
+    assert loads.restored(before, _look(engine)).scheduler  # another scheduler object: not the one before
