@@ -29,6 +29,30 @@ def test_gaudis_builds_are_named_with_the_release_they_carry() -> None:
     assert releases.vendor_build("0.15.3+g7f8e2a1") is None
 
 
+@pytest.mark.parametrize(("version", "carries", "differs"), [
+    ("0.9.4+hpu.synapse.v1.11.0", "0.9.4", False), ("0.9.4+hpu.synapse.v1.12.1", "0.9.4", False),
+    ("0.10.3+hpu.synapse.v1.13.0", "0.10.3", False), ("0.12.4+hpu.synapse.v1.15.1", "0.12.4", False),
+    ("0.14.0+hpu.synapse.v1.16.1", "0.14.0", False), ("0.14.0+hpu.synapse.v1.17.1", "0.14.0", False),
+    ("0.14.4+hpu.synapse.v1.18.0", "0.14.4", True), ("0.16.1+hpu.synapse.v1.21.0", "0.16.1", True),
+    ("0.16.5+91d1c55", "0.16.5", True), ("0.16.5+65d9f99", "0.16.5", True),
+])
+def test_each_vendor_build_read_is_named_with_the_release_it_carries(version: str, carries: str,
+                                                                     differs: bool) -> None:
+    """Gaudi 1.11 to 1.21 (HabanaAI/DeepSpeed's branches) and DeeperSpeed v3.0: the version string each reports."""
+    found = releases.vendor_build(version)
+    assert found is not None and found.carries == carries, found
+    assert (found.differences != "none in the schedulers") is differs
+    assert releases.verdicts(carries)  # a release of the table
+
+
+@pytest.mark.parametrize("version", ["0.14.4+hpu.synapse.v1.19.1", "0.16.1+hpu.synapse.v1.22.0",
+                                     "0.7.7+hpu.synapse.v1.10.0", "0.16.5+4a3b2c1"])
+def test_a_vendor_build_not_read_is_not_named(version: str) -> None:
+    """A Gaudi release whose branch was not read (or is below the table's floor), a DeeperSpeed commit that is no
+    tag read: unknown, as any build."""
+    assert releases.vendor_build(version) is None
+
+
 @pytest.fixture
 def probed(monkeypatch: pytest.MonkeyPatch) -> installed.Probed:
     """A probe's answer for 0.15.2's code labelled 0.15.3+g7f8e2a1: it lacks what 0.15.2 lacks."""
