@@ -326,6 +326,35 @@ def test_a_fixed_start_then_an_unpatched_cosine_past_its_total_is_affected_and_b
     assert "the files cannot tell which" in report["why"] and report["step0_lr"] is None
 
 
+@pytest.mark.parametrize(("newest", "steps", "verdict", "later"), [
+    ("0.19.8+local", 20, "unknown", "unknown"), ("0.18.9+local", 20, "unknown", "unknown"),
+    ("0.18.10", 20, "unknown", "unknown"), ("0.19.8+local", 6, "unknown", None),
+    ("0.16.5+91d1c55", 20, "affected", "affected"), ("0.19.8", 20, "not affected", None),
+])
+def test_the_changes_after_step_0_on_a_build_are_never_the_rows_of_the_number_it_names(
+        tmp_path: Path, newest: str, steps: int, verdict: str, later: str | None) -> None:
+    """A proven step 0, then an unpatched process of a build saved past the cosine's total: its number says nothing
+    sure about its code (a 0.18.9+local may carry #8142, a 0.19.8+local predate it), so the cosine's later steps are
+    unknown with the reason, never the table's row of that number (which called the first affected); where no step
+    went past the total, they are not named; a vendor build whose code is known (DeeperSpeed v3.0: upstream 0.16.5's
+    schedulers, before #8142) is judged as the release it carries. (A build's save without a record is unknown in
+    any case: its process may have started afresh, unpatched.)"""
+    patched_run(tmp_path / "run", observed([0.0], [0.0], deepspeed="0.19.8"), tag="global_step3", global_steps=3,
+                version="0.19.8", scheduler=COSINE)
+    (tmp_path / "run" / "latest").unlink()
+    files.write_run(tmp_path / "run", tag=f"global_step{steps}", global_steps=steps, version=newest,
+                    scheduler=COSINE)
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == verdict, report["why"]
+    named = [why for why in report["why"].split("; ") if "ratio past warmup (#8142)" in why]
+    assert bool(named) == (later is not None), report["why"]
+    if later == "unknown":
+        assert f"DeepSpeed {newest} is " in named[0] and "the table does not say whether its code has it" in named[0]
+        assert not report["differences"], report
+    elif later == "affected":
+        assert any("ratio past warmup (#8142)" in difference for difference in report["differences"]), report
+
+
 def test_a_record_with_non_finite_lrs_is_read_and_reported_as_such(tmp_path: Path) -> None:
     patched_run(tmp_path / "inf", observed([0.0], [0.0]))  # an inf optimizer lr, fixed: lrs_before ["inf"]
     folder = tmp_path / "inf" / "global_step6"

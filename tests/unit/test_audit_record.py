@@ -212,6 +212,20 @@ def test_the_cosine_past_total_steps_is_judged_on_the_newest_save(tmp_path: Path
         assert ("total_num_steps" in report["why"]) == (verdict == "affected"), report
 
 
+@pytest.mark.parametrize("newest", ["0.18.9+local", "0.19.8+g1a2b3c4"])
+def test_the_cosine_past_total_steps_on_a_build_is_unknown_with_the_reason(tmp_path: Path, newest: str) -> None:
+    """The newest save's process ran a build: whether its cosine held cos_min_ratio past the total is its code's,
+    not the row of the number it names (#46)."""
+    cosine = {"type": "WarmupCosineLR", "params": {"warmup_min_ratio": 0.0, "warmup_num_steps": 3,
+                                                   "total_num_steps": 8, "warmup_type": "linear"}}
+    files.write_run(tmp_path / "run", tag="global_step3", global_steps=3, version="0.19.8", scheduler=cosine,
+                    latest=False)
+    files.write_run(tmp_path / "run", tag="global_step20", global_steps=20, version=newest, scheduler=cosine)
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "unknown" and not report["differences"], report
+    assert f"ratio past warmup (#8142): DeepSpeed {newest} is a build, not the release" in report["why"], report
+
+
 def test_a_path_naming_a_run_already_reported_gets_its_own_line(tmp_path: Path) -> None:
     files.write_run(tmp_path / "runs" / "run")
     (tmp_path / "link").symlink_to(tmp_path / "runs" / "run")  # the same run, named again through a link

@@ -7,7 +7,7 @@ from typing import Any
 
 from ... import record_data, releases
 from .. import config_facts
-from .judge import STEP0_ONLY, _applied, _differences, _judge, lrs_text
+from .judge import STEP0_ONLY, _applied, _differences, _judge, lrs_text, table_release, unknown_later
 from .read import Save
 from .verdicts import AFFECTED, NOT_AFFECTED, UNKNOWN
 
@@ -159,11 +159,16 @@ def _later_changes(report: dict[str, Any], scheduler: str, params: dict[str, Any
     with no bound record): the worst of them, each named; None where none applied."""
     if scheduler not in releases.scheduler_classes():
         return None
+    release = table_release(newest.version)
+    if release is None:  # a build whose code the table does not know: never the rows of the release it names
+        why = unknown_later(report, scheduler, params, newest.version)
+        return None if why is None else (UNKNOWN, f"{why} (in the newest save's process, {newest.tag.name}, which "
+                                                  "ran unpatched)")
     found: list[tuple[str, str]] = []
-    for change in _differences(scheduler, newest.version, params):
+    for change in _differences(scheduler, release, params):
         if change.key in STEP0_ONLY:
             continue  # the chain's step 0 above
-        applied, how = _applied(change, report, params, newest.version)
+        applied, how = _applied(change, report, params, release)
         if applied:
             report["differences"].append(f"{config_facts.label(change)}: {how} (in the newest save's process, "
                                          f"{newest.tag.name}, which ran unpatched)")

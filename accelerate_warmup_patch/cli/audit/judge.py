@@ -80,7 +80,13 @@ def _judge(report: dict[str, Any], scheduler: str, params: dict[str, Any], versi
     if groups is None and fact.value is releases.Start.SETS_GROUP_0_ONLY:
         unsure.append(f"{scheduler} on {version} sets group 0 only: groups 1+ ran step 0 at their own lr, 0.19.8 at "
                       "0; the file does not say how many groups there were")
-    last_steps = [c for c in _differences(scheduler, newest_version, params) if c.key == "ratio_past_warmup"]
+    newest_release = table_release(newest_version)
+    last_steps = [] if newest_release is None else \
+        [c for c in _differences(scheduler, newest_release, params) if c.key == "ratio_past_warmup"]
+    unknown = unknown_later(report, scheduler, params, newest_version, ("ratio_past_warmup",)) \
+        if later and newest_release is None else None
+    if unknown is not None:
+        unsure.append(f"{unknown} (the newest save's process)")
     for change in [c for c in _differences(scheduler, version, params) if c.key != "ratio_past_warmup"] + \
             (last_steps if later else []):
         if change.key in STEP0_ONLY:
@@ -118,6 +124,38 @@ def _build_as_release(report: dict[str, Any], version: str) -> str | None:
                      "schedulers' code (a build from git before or after a fix, a cherry-pick, a vendor's fork), and "
                      "no record bound to these files says how its step 0 ran")
     return None
+
+
+def table_release(version: str) -> str | None:
+    """The release whose rows tell what ``version``'s schedulers do after step 0: the release itself where the table
+    was read at it, the release a vendor build whose code is known carries (releases.VENDOR_BUILDS); None for any
+    other build, whose number says nothing sure about its code."""
+    try:
+        if releases.not_the_release(version) is None:
+            return version
+    except ValueError:  # no release number in it
+        return None
+    vendor = releases.vendor_build(version)
+    return vendor.carries if vendor is not None else None
+
+
+def unknown_later(report: dict[str, Any], scheduler: str, params: dict[str, Any], version: str,
+                  keys: tuple[str, ...] | None = None) -> str | None:
+    """On ``version``, a build whose code the table does not know (``table_release`` None): the backported changes
+    after step 0 (of ``keys``, or all) that this save and its params could meet on some release of the table, named,
+    with why nothing sure is said of them; None where none could (the params or the saved iteration rule each out)."""
+    floor = releases.DEEPSPEED_FLOOR  # the oldest release read lacks every change: what any code might lack
+    could = [config_facts.label(c) for c in _differences(scheduler, floor, params)
+             if c.key not in STEP0_ONLY and (keys is None or c.key in keys)
+             and _applied(c, report, params, floor)[0] is not False]
+    if not could:
+        return None
+    try:
+        what = releases.not_the_release(version) or "no release the table was read at"
+    except ValueError:
+        what = "no release number"
+    return (f"{', '.join(could)}: DeepSpeed {version} is {what}, so the table does not say whether its code has "
+            f"{'it' if len(could) == 1 else 'them'}")
 
 
 def _differences(scheduler: str, version: str, params: dict[str, Any]) -> tuple[releases.Change, ...]:
