@@ -194,7 +194,8 @@ def matrix_page(results: dict[str, Row]) -> str:
               "(how-it-works.md#how-the-probe-decides)); `audit` judges an unpatched run of such a build `unknown`, "
               "except on the vendor builds whose code is known (`releases.VENDOR_BUILDS`):", ""]
     lines += _table(["vendor build", "its `deepspeed.__version__`", "runs upstream", "differences", "source"],
-                    ([v.name, f"`{v.pattern}`", v.carries, v.differences, v.source] for v in releases.VENDOR_BUILDS))
+                    ([v.name, "`" + v.pattern.replace("|", "\\|") + "`", v.carries, v.differences, v.source]
+                     for v in releases.VENDOR_BUILDS))  # a pipe escaped: it would end the table's cell
     lines += ["", "## Era stacks", ""]
     lines += _table(["DeepSpeed", "month", "Python", "torch", "wrapt", "accelerate", "transformers", "ran",
                      "unpatched", "patched", "start-up activation", "two ranks", "package", "date"],
