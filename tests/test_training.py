@@ -36,6 +36,22 @@ def test_resume_in_a_new_process_continues_the_uninterrupted_trajectory(tmp_path
         assert resumed[1:] == uninterrupted[SPLIT + 1:]
 
 
+def test_upstreams_module_only_load_leaves_the_schedule_to_start_afresh(tmp_path):
+    """Upstream's load_module_only restores the module alone (engine.py @ v0.15.2, v0.19.8; ZeRO 1 here: 0.15.2 calls
+    refresh_fp32_params, which a torch optimizer lacks): the load net sees no scheduler restored, so nothing is
+    aligned and the run's step 0 is this process's own, observed in its record (a fork that restores the scheduler
+    there: tests/test_builds.py)."""
+    import json
+
+    first = replace(FULL, steps=SPLIT, zero=1, save_to=str(tmp_path / "first"), patch="before")
+    again = replace(first, save_to=str(tmp_path / "again"), resume_from=str(tmp_path / "first"),
+                    load_module_only=True)
+    ran = run_specs(first, again)
+    assert [result["lrs"] for result in ran.data["results"]] == [GOLDEN["runs"][FULL.key][:SPLIT]] * 2
+    step0 = json.loads((tmp_path / "again" / "ckpt" / "accelerate_warmup_patch.json").read_text())["step0"]
+    assert step0["how"] == "observed" and step0["lrs"] == GOLDEN["runs"][FULL.key][0], step0
+
+
 def test_resume_in_step_mode_stays_aligned(tmp_path):
     first = run_specs(replace(FULL, steps=SPLIT, save_to=str(tmp_path), patch="before", mode="step"))
     second = run_specs(replace(FULL, steps=FULL.steps - SPLIT, resume_from=str(tmp_path), patch="before",
