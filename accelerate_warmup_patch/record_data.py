@@ -124,15 +124,26 @@ def bind(folder: str) -> dict[str, Any]:
     if not directory.zip:
         return unbound(_not_a_zip(name, "BadZipFile", directory.why))
     bound = binding(name, directory.size, directory.members)
-    facts: list[tuple[str, int, str | None]] = []
-    for other in other_states(os.listdir(folder), name):
-        try:
-            found = torch_file.zip_directory(os.path.join(folder, other))
-            facts.append((other, found.size, members_digest(found.members) if found.zip else None))
-        except (OSError, torch_file.Unreadable):
-            facts.append((other, -1, UNREADABLE))
-    bound["others"] = others_binding(facts)
+    bound["others"] = others_binding([(other, *file_fact(os.path.join(folder, other)))
+                                      for other in other_states(os.listdir(folder), name)])
     return bound
+
+
+def file_fact(path: str) -> tuple[int, str | None]:
+    """A states file as a binding names it: its size and its members' digest (None for a file that is not a zip;
+    size -1 and UNREADABLE for one that cannot be read), from its zip central directory alone."""
+    try:
+        found = torch_file.zip_directory(path)
+    except (OSError, torch_file.Unreadable):
+        return -1, UNREADABLE
+    return found.size, members_digest(found.members) if found.zip else None
+
+
+def rewritten(noted: dict[str, tuple[int, str | None]], now: dict[str, tuple[int, str | None]]) -> list[str]:
+    """The files a process wrote in a save (``noted``: name -> file_fact right after its own write) that hold other
+    bytes now, or are gone, or could not be read either time: another job wrote them since (docs/mark.md)."""
+    return sorted(name for name, fact in noted.items()
+                  if UNREADABLE in (fact[1], now.get(name, (-1, UNREADABLE))[1]) or now.get(name) != fact)
 
 
 def _not_a_zip(name: str, kind: str, why: str) -> str:

@@ -46,6 +46,9 @@ ARMED: dict[str, tuple[Spec, str | None]] = {
     "zero3": (Spec(steps=2, zero=3), None),
     "patched-own-step": (Spec(steps=3, road="own-step"), None),
     "pipeline": (Spec(steps=2, road="pipeline", zero=1), None),
+    # two jobs saving one tag (#47 item 1): the unpatched run's files land in this tag after this job wrote its own,
+    # before its save_checkpoint returns; the tag's files are then the unpatched run's
+    "raced": (Spec(steps=3, raced_by="unpatched"), "unpatched"),
 }
 
 
@@ -55,7 +58,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list
     root = tmp_path_factory.mktemp("proof")
     unpatched = run_specs(*(replace(spec, save_to=str(root / name)) for name, spec in UNPATCHED.items()))
     armed = run_specs(*(replace(spec, save_to=str(root / name), resume_from=spec.resume_from and
-                                str(root / spec.resume_from)) for name, (spec, _) in ARMED.items()),
+                                str(root / spec.resume_from), raced_by=spec.raced_by and str(root / spec.raced_by))
+                        for name, (spec, _) in ARMED.items()),
                       env={"ACCELERATE_WARMUP_PATCH": "reset"})
     first = {name: result["lrs"][0] if result["lrs"] else None
              for name, result in zip([*UNPATCHED, *ARMED], [*unpatched.data["results"], *armed.data["results"]])}
@@ -159,6 +163,18 @@ def test_a_rerun_or_a_copied_record_is_not_that_saves_record_unless_the_bytes_ar
             continue
         assert audited[name]["record"] is None, audited[name]
         assert any("ignored, not that save's record" in note for note in audited[name]["notes"]), audited[name]
+
+
+def test_a_record_is_never_bound_to_files_another_job_saved_into_its_tag_at_the_same_moment(runs, audited):
+    root, truth = runs
+    report, record = audited["raced"], json.loads((root / "raced" / "ckpt" / RECORD).read_text())
+    states = "ckpt/mp_rank_00_model_states.pt"
+    if (root / "raced" / states).read_bytes() == (root / "patched" / states).read_bytes():
+        # 0.19.8 trains the unpatched run exactly as the patched one: the other job wrote this job's bytes
+        assert record["bound_to"]["file"] is not None and report["verdict"] == "not affected", (record, report)
+        return
+    assert record["bound_to"]["file"] is None and "another job" in record["bound_to"]["unbound"], record
+    assert truth["raced"] != [NEWEST_STEP0] and report["verdict"] == "unknown", (truth["raced"], report)
 
 
 def test_a_resume_from_an_unrecorded_save_names_the_release_that_ran_step_0(runs, audited):

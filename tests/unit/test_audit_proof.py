@@ -133,6 +133,30 @@ def test_a_rerun_whose_model_states_file_is_byte_identical_is_still_not_that_sav
     assert any("the other states files" in note for note in report["notes"]), report["notes"]
 
 
+def test_a_record_is_bound_only_to_files_that_still_hold_the_bytes_its_writer_wrote(tmp_path: Path) -> None:
+    # two jobs saving one tag (#47 item 1): the writer notes each file as its own torch.save left it
+    files.write_run(tmp_path / "run")
+    tag = tmp_path / "run" / "global_step6"
+    states = str(tag / "mp_rank_00_model_states.pt")
+    writes = {os.path.abspath(states): record_data.file_fact(states)}
+    assert witness.rewritten_since(str(tag), writes) is None
+    assert "wrote none" in str(witness.rewritten_since(str(tag), {}))  # nothing of its own: nothing to bind
+    assert witness.rewritten_since(str(tag), None) is not None
+    bound = record_data.bind(str(tag))
+    files.write_run(tmp_path / "other", lr=2e-3)  # the other job's bytes land after this job's own write
+    shutil.copy(tmp_path / "other" / "global_step6" / "mp_rank_00_model_states.pt", states)
+    assert "another job" in str(witness.rewritten_since(str(tag), writes))
+    # bound before the folder changed, while the record was written: written again, unbound
+    now = {os.path.abspath(states): record_data.file_fact(states)}
+    marks.write_checked(str(tag), record2(tag, observed([0.0], [0.0])) | {"bound_to": bound}, now)
+    written = json.loads((tag / record_data.RECORD_FILE).read_text())
+    assert written["bound_to"]["file"] is None and "changed while" in written["bound_to"]["unbound"], written
+    assert one(tmp_path / "run")[1]["verdict"] == "unknown"
+    assert record_data.rewritten({"a": (1, "sha256:x")}, {"a": (1, "sha256:x")}) == []
+    assert record_data.rewritten({"a": (1, "sha256:x"), "b": (2, "?")}, {"a": (1, "sha256:y"), "b": (2, "?")}) == \
+        ["a", "b"]
+
+
 def test_a_record_of_0_6_0_bound_to_the_model_states_alone_is_still_read(tmp_path: Path) -> None:
     tag = _zero3_save(tmp_path / "run", 1e-3)
     record = record2(tag, observed([0.0], [0.0]))
