@@ -31,7 +31,7 @@ NEWEST_STEP0 = 0.0  # WarmupLR-linear's warmup_min_lr: what 0.19.8 runs step 0 a
 # weights are in the optimizer's and the layers' files; #47 item 1)
 UNPATCHED = {"step0-save": Spec(steps=0), "unpatched": Spec(steps=3), "own-step": Spec(steps=3, road="own-step"),
              "zero3-unpatched": Spec(steps=2, zero=3), "own-step-zero2": Spec(steps=3, road="own-step", zero=2),
-             "pipeline-unpatched": Spec(steps=2, road="pipeline", zero=1)}
+             "pipeline-unpatched": Spec(steps=2, road="pipeline", zero=1), "short-rerun": Spec(steps=1)}
 # each armed run: its spec, and the run whose first optimizer step is this run's step 0 (None: its own)
 ARMED: dict[str, tuple[Spec, str | None]] = {
     "patched": (Spec(steps=3), None),
@@ -94,6 +94,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list
     shutil.copytree(root / "unpatched" / "ckpt", earlier / "global_step3")
     shutil.copy(root / "patched" / "ckpt" / RECORD, earlier / "global_step3" / RECORD)
     truth["rerun-earlier"] = first["unpatched"]
+    # a rerun with save_latest=False (#47 item 2): its one-step save beside the patched run's, whose tag latest names
+    shutil.copytree(root / "patched" / "ckpt", root / "no-latest" / "global_step3")
+    shutil.copytree(root / "short-rerun" / "ckpt", root / "no-latest" / "global_step1")
+    (root / "no-latest" / "latest").write_text("global_step3")
+    truth["no-latest"] = first["short-rerun"]
     return root, truth
 
 
@@ -146,6 +151,15 @@ def test_a_rerun_that_stopped_earlier_beside_a_patched_runs_later_save_is_never_
         assert report["verdict"] == "not affected", report
     else:  # the rerun's save may be a resume of the patched run or a fresh start: the files cannot tell which
         assert report["verdict"] == "unknown" and "started afresh unpatched" in report["why"], report
+
+
+def test_a_save_latest_false_rerun_beside_the_save_latest_names_is_never_not_affected(runs, audited):
+    _, truth = runs
+    report = audited["no-latest"]
+    if truth["no-latest"] == [NEWEST_STEP0]:  # 0.19.8: the rerun ran step 0 as 0.19.8 does
+        assert report["verdict"] == "not affected", report
+    else:  # latest names the patched save; the rerun's save still counts
+        assert report["verdict"] == "unknown" and "global_step1" in report["why"], report
 
 
 def test_a_patched_run_copied_with_cp_r_is_still_proven(audited):

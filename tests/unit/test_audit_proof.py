@@ -641,6 +641,22 @@ def test_custom_tags_across_an_upgrade_resume_are_weighed_as_one_engine(tmp_path
     assert "the save epoch1" in reports[2]["why"] and code == 1, reports[2]
 
 
+@pytest.mark.parametrize(("version", "verdict"), [("0.15.2", "unknown"), ("0.19.8", "not affected")])
+def test_a_patched_start_resumed_unpatched_under_custom_tags_is_never_affected(tmp_path: Path, version: str,
+                                                                               verdict: str) -> None:
+    # a patched run saved epoch1, epoch2; resumed unpatched, it saved epoch3, epoch4: their step 0 ran in the
+    # patched process (epoch2's bound record), unless that process started afresh, which the files cannot tell
+    for epoch in (1, 2):
+        patched_run(tmp_path / "run", observed([0.0], [0.0]), tag=f"epoch{epoch}", global_steps=3 * epoch)
+    for epoch in (3, 4):
+        files.write_run(tmp_path / "run", tag=f"epoch{epoch}", global_steps=3 * epoch, version=version)
+    reports = {r["engine"]: r for r in audit(tmp_path / "run")[1]}
+    assert {engine: reports[engine]["verdict"] for engine in ("epoch3", "epoch4")} == {"epoch3": verdict,
+                                                                                      "epoch4": verdict}, reports
+    assert Path(reports["epoch3"]["step0_checkpoint"]).parent.name == "epoch2", reports["epoch3"]
+    assert any("epoch2 holds the same model" in note for note in reports["epoch4"]["notes"]), reports["epoch4"]
+
+
 def test_another_models_tags_in_the_folder_do_not_count_against_an_engine(tmp_path: Path) -> None:
     other = files.Call(files.Global("collections", "OrderedDict"), ([["head.weight", files.Tensor((2, 2))]],))
     files.write_run(tmp_path / "run", tag="pytorch_model", global_steps=6, version="0.19.8")
