@@ -219,12 +219,22 @@ def loaded(engine: Any, load_path: Any, client_state: Any) -> None:
     steps = _count(getattr(engine, "global_steps", None))
     hop: dict[str, Any] = {"tag": os.path.basename(folder), "deepspeed": version, "global_steps": steps,
                            "scheduler": record_data.scheduler_type(state.get("ds_config")), "record": None}
-    story, earlier = _story(folder, hop)
+    story, earlier = _story(folder, hop, universal=_loads_universal(engine))
     STATE.carried[id(engine)] = Carried(steps, story, [hop, *earlier][:record_data.MAX_LOADS])
     watch(engine, again=True)
 
 
-def _story(folder: str, hop: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _loads_universal(engine: Any) -> bool:
+    """Whether the engine loads universal checkpoints (``checkpoint.load_universal``: engine.py's
+    load_universal_checkpoint @ v0.15.2, v0.19.8), ds_to_universal's output, which copies no record."""
+    try:
+        return engine.load_universal_checkpoint() is True
+    except Exception:
+        return False
+
+
+def _story(folder: str, hop: dict[str, Any], *, universal: bool = False) -> tuple[dict[str, Any],
+                                                                                 list[dict[str, Any]]]:
     """The loaded save's story of step 0 and its earlier loads: its record's, where bound to this save."""
     base = {"deepspeed": hop["deepspeed"], "global_steps": hop["global_steps"], "tag": hop["tag"],
             "scheduler": hop["scheduler"]}
@@ -233,6 +243,10 @@ def _story(folder: str, hop: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
         copied = _copied_from(folder, base)
         if copied is not None:
             return copied
+        if universal:  # converted from a save elsewhere: that save's record, not copied, told its step 0
+            return {"how": record_data.UNBOUND, **base,
+                    "why": f"the save it resumed from ({hop['tag']}) is a universal checkpoint with no record, and no "
+                           "save beside it is its source: how its source's step 0 ran is not known here"}, []
         return {"how": record_data.UNRECORDED, **base,
                 "why": f"the save it resumed from ({hop['tag']}) holds no record: step 0 ran unpatched, or patched "
                        "by 0.4.0 or older"}, []

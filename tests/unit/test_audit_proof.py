@@ -729,3 +729,49 @@ def test_a_resume_from_a_universal_checkpoint_carries_the_step_0_of_the_save_it_
         assert "hold no weights" in carried.step0["why"], carried
     else:
         assert carried.step0["lrs"] == [0.0]
+
+
+@pytest.mark.parametrize(("patched", "version", "verdict"), [(True, "0.15.2", "unknown"), (False, "0.15.2", "unknown"),
+                                                             (True, "0.19.8", "not affected")])
+def test_a_universal_checkpoint_written_into_another_folder_is_unknown_where_the_fix_was_needed(
+        tmp_path: Path, patched: bool, version: str, verdict: str) -> None:
+    # ds_to_universal --output_folder elsewhere (#47 item 3): the record stays beside the source, out of sight
+    if patched:
+        patched_run(tmp_path / "run", observed([0.0], [0.0], deepspeed=version), version=version)
+    else:
+        files.write_run(tmp_path / "run", version=version)
+    universal = _universal(tmp_path / "run")
+    (tmp_path / "converted").mkdir()
+    shutil.move(str(universal), tmp_path / "converted" / universal.name)
+    (tmp_path / "converted" / "latest_universal").write_text(universal.name)
+    code, report = one(tmp_path / "converted")
+    assert report["verdict"] == verdict, report
+    if verdict == "unknown":
+        assert "source save is not in this folder" in report["why"] and code == 0, report
+
+
+def test_a_universal_checkpoint_of_an_unrecorded_save_beside_it_is_judged_as_that_save(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "run")
+    _universal(tmp_path / "run")
+    _, reports = audit(tmp_path / "run")
+    assert {r["engine"]: r["verdict"] for r in reports} == {"global_step*": "affected",
+                                                            "global_step6_universal": "affected"}, reports
+
+
+class _UniversalEngine(_Engine):
+    def load_universal_checkpoint(self) -> bool:
+        return True
+
+
+def test_a_resume_from_a_universal_checkpoint_with_its_source_elsewhere_is_unbound_not_unrecorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(STATE, "carried", {})
+    monkeypatch.setattr(STATE, "watches", {})
+    patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    universal = _universal(tmp_path / "run")
+    (tmp_path / "converted").mkdir()
+    moved = Path(shutil.move(str(universal), tmp_path / "converted" / universal.name))
+    for engine, how in ((_UniversalEngine(6), "unbound"), (_Engine(6), "unrecorded")):
+        witness.loaded(engine, str(next(moved.glob("*model_states.pt"))), {"ds_version": "0.15.2"})
+        carried = witness.carried(engine)
+        assert carried is not None and carried.step0["how"] == how, carried

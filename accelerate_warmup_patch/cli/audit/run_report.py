@@ -17,6 +17,7 @@ from .find import Run
 from .judge import _judge, blank_report, blank_row, unreadable_report
 from .read import Save, number, read_save
 from .saves import (
+    converted_elsewhere,
     copied_from,
     earlier_proof,
     every_save,
@@ -96,6 +97,11 @@ def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dic
         # a copy of a recorded save whose model states hold no weights: that record is a claim about these files
         report["verdict"], report["why"] = from_table(report, scheduler, params, newest.version,
                                                        copy_of.record.get("why", ""), proof=False)
+        return report
+    converted = converted_elsewhere(run, newest, config_root) if chain is None and copy_of is None else None
+    if converted is not None:  # a conversion of a save elsewhere: only a release or class that needs no fix clears it
+        report["verdict"], report["why"] = from_table(report, scheduler, params, newest.version, converted,
+                                                       proof=False)
         return report
     if chain is not None:
         earlier = earlier_proof(run, read, report, config_root, chain)

@@ -229,6 +229,29 @@ def copied_from(run: Run, newest: Save, report: dict[str, Any], config_root: str
     return None
 
 
+def converted_elsewhere(run: Run, newest: Save, config_root: str | None) -> str | None:
+    """Why the newest save is a conversion whose source is not in this folder, or None: a tag that a
+    ``latest_universal`` beside it names (ds_to_universal's output), holding no record, whose model-states file is
+    no byte copy of another tag's here. Its step 0 is its source's, which only that save's record tells."""
+    if newest.record is not None or run.tag not in run.universal:
+        return None
+    try:
+        bound = read_save(run.tag, config_root, run.store, bind=True).binding
+    except Unreadable:
+        bound = None
+    for tag in run.siblings:
+        try:
+            source = read_save(tag, config_root, run.store, bind=True).binding
+        except Unreadable:
+            continue
+        if bound is not None and record_data.same_model_states(source, bound):
+            return None  # its source is here: judged as that save is
+    return (f"{run.tag.name} is a universal checkpoint (ds_to_universal's output, named by latest_universal) whose "
+            "source save is not in this folder: its model states are a copy of that save's, and the record of the "
+            "patch beside that save, which the conversion does not copy, is what tells how step 0 ran (audit the "
+            "folder it was converted from)")
+
+
 def earlier_proof(run: Run, read: dict[PurePath, Save], report: dict[str, Any], config_root: str | None,
                    chain: Save) -> Save | None:
     """Where the chain's step 0 ran unrecorded (a save with no bound record between two patched processes), the
