@@ -13,7 +13,6 @@ in the client_state that load_checkpoint returns, and a key in the scheduler's s
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -310,7 +309,7 @@ def write(folder: str, data: dict[str, Any]) -> None:
     Valid JSON always: the lrs are encoded (record_data.encode_lr), and anything else non-finite is refused."""
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"no checkpoint folder {folder!r} (a checkpoint engine that writes elsewhere?)")
-    text = json.dumps(data, indent=1, allow_nan=False) + "\n"
+    text = record_data.fitted(data)  # never past the bound the job's load and the audit read
     _clean_stale_partials(folder)
     # named .partial, not .json: a process killed between the write and the rename leaves a file no reader of
     # records (the audit, a glob for *.json) takes for one; the next write into this folder removes it

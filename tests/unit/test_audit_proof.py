@@ -775,3 +775,27 @@ def test_a_resume_from_a_universal_checkpoint_with_its_source_elsewhere_is_unbou
         witness.loaded(engine, str(next(moved.glob("*model_states.pt"))), {"ds_version": "0.15.2"})
         carried = witness.carried(engine)
         assert carried is not None and carried.step0["how"] == how, carried
+
+
+@pytest.mark.parametrize(("groups", "how", "verdict"), [(600, "observed", "not affected"),
+                                                        (5000, "unobserved", "unknown")])
+def test_a_record_of_many_param_groups_is_never_written_past_the_bound_its_readers_accept(
+        tmp_path: Path, groups: int, how: str, verdict: str) -> None:
+    # each group's lr appears up to five times (#47): 600 groups of long lrs passed 64 KiB, and the job and the audit
+    # refused the record the writer wrote
+    files.write_run(tmp_path / "run")
+    tag = tmp_path / "run" / "global_step6"
+    lrs = [index * 1.2345678901e-7 for index in range(groups)]
+    record = record2(tag, observed(lrs, lrs))
+    record["scheduler"] |= {"lrs_before": lrs, "lrs_after": lrs}
+    record["first_step"] = {"observed": True, "lrs": lrs, "global_steps": 0, "skipped_steps": 0,
+                            "last_batch_iteration": 0}
+    marks.write(str(tag), record)
+    data = (tag / record_data.RECORD_FILE).read_bytes()
+    assert len(data) <= record_data.RECORD_BYTES
+    written = record_data.valid_record(record_data.parse(data))
+    assert written["step0"]["how"] == how, written["step0"]
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == verdict and report["record"]["bound"] is True, report
+    if how == "unobserved":
+        assert "5000 param groups" in report["why"], report
