@@ -96,7 +96,8 @@ def earlier_process(scheduler: Any, how: str) -> Step0:
 # The save ------------------------------------------------------------------------------------------------
 
 def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``DeepSpeedEngine.save_checkpoint``: the original first, its result returned unchanged; then the record."""
+    """``DeepSpeedEngine.save_checkpoint``: the original first (the states files this process writes in it noted
+    as it writes them: witness.saving), its result returned unchanged; then the record."""
     import inspect
 
     signature = inspect.signature(original)
