@@ -13,7 +13,6 @@ in the client_state that load_checkpoint returns, and a key in the scheduler's s
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -97,13 +96,15 @@ def earlier_process(scheduler: Any, how: str) -> Step0:
 # The save ------------------------------------------------------------------------------------------------
 
 def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``DeepSpeedEngine.save_checkpoint``: the original first, its result returned unchanged; then the record."""
+    """``DeepSpeedEngine.save_checkpoint``: the original first (the states files this process writes in it noted
+    as it writes them: witness.saving), its result returned unchanged; then the record."""
     import inspect
 
     signature = inspect.signature(original)
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-        result = wrapped(*args, **kwargs)
+        with witness.saving(_records_this_save(instance)) as writes:
+            result = wrapped(*args, **kwargs)
         if not settings.record_wanted():  # ACCELERATE_WARMUP_PATCH_RECORD=off: no record (docs/mark.md)
             return result
         mode = STATE.mode
@@ -119,7 +120,7 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
                 # save_checkpoint @ v0.9.0, v0.14.4, v0.15.2, v0.19.8; it does not move global_steps)
                 folder = os.path.join(bound.arguments["save_dir"],
                                       f"global_step{instance.global_steps}" if tag is None else str(tag))
-                write(folder, record(instance, mode, folder))
+                write_checked(folder, record(instance, mode, folder, writes), writes)
             except Exception as error:  # the checkpoint is saved: never break the user's save
                 failures.report("mark", what="writing the patch's record beside the checkpoint", error=error,
                                 consequence="the checkpoint is saved without it; audit judges that run as it judges "
@@ -127,6 +128,14 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         return result
 
     return wrapper
+
+
+def _records_this_save(engine: Any) -> bool:
+    """Whether this process will write the record of the save about to run (its own writes are then noted)."""
+    try:
+        return settings.record_wanted() and STATE.mode is not None and engine is not None and writes_records(engine)
+    except Exception:  # an engine whose ranks cannot be read: no record is bound for it (witness.rewritten_since)
+        return False
 
 
 def writes_records(engine: Any) -> bool:
@@ -159,7 +168,8 @@ def _global_rank(engine: Any) -> int:
     return 0
 
 
-def record(engine: Any, mode: str, folder: str) -> dict[str, Any]:
+def record(engine: Any, mode: str, folder: str,
+           writes: dict[str, tuple[int, str | None]] | None = None) -> dict[str, Any]:
     """Record 2 (docs/mark.md): record 1's fields, the model-states file it is bound to, this process's first
     optimizer step as observed, the run's step 0 as far as this process knows it, and the loads behind it."""
     scheduler = getattr(engine, "lr_scheduler", None)
@@ -172,7 +182,7 @@ def record(engine: Any, mode: str, folder: str) -> dict[str, Any]:
         "deepspeed": wrapping.deepspeed_version(),
         "reference": releases.BEHAVIOR_REFERENCE,
         "global_steps": int(engine.global_steps),
-        "bound_to": _bound_to(engine, folder),
+        "bound_to": _bound_to(engine, folder, writes),
         "scheduler": _scheduler(scheduler),
         "first_step": witness.first_step(engine),
         "step0": _step0(engine, scheduler, mode, carried),
@@ -184,11 +194,12 @@ def _package_version() -> str:
     return str(getattr(sys.modules.get(__package__ or ""), "__version__", "unknown"))
 
 
-def _bound_to(engine: Any, folder: str) -> dict[str, Any]:
+def _bound_to(engine: Any, folder: str, writes: dict[str, tuple[int, str | None]] | None) -> dict[str, Any]:
     """The binding to the model-states file the audit will judge this folder by, read back now. Only DeepSpeed's
     own TorchCheckpointEngine is read back: save_checkpoint ends with a barrier after every rank's torch.save and
     the engine's commit (engine.py @ v0.15.2, v0.19.8), so every rank's file is complete when it returns. Another
-    engine (Nebula, a decoupled or fast one) may write later or elsewhere: the record says it is unbound."""
+    engine (Nebula, a decoupled or fast one) may write later or elsewhere: the record says it is unbound. So does
+    one whose files this process wrote hold other bytes now (``writes``: another job saved the same tag)."""
     checkpoint_engine = getattr(engine, "checkpoint_engine", None)
     kind = type(checkpoint_engine)
     if kind.__name__ != "TorchCheckpointEngine" or not kind.__module__.startswith("deepspeed."):
@@ -198,7 +209,9 @@ def _bound_to(engine: Any, folder: str) -> dict[str, Any]:
     decoupled = getattr(checkpoint_engine, "is_decoupled", None)
     if callable(decoupled) and decoupled() is not False:
         return record_data.unbound("the checkpoint engine is decoupled: it writes after save_checkpoint returns")
-    return record_data.bind(folder)
+    bound = record_data.bind(folder)
+    raced = witness.rewritten_since(folder, writes) if bound["file"] is not None else None
+    return record_data.unbound(raced) if raced is not None else bound
 
 
 def _scheduler(scheduler: Any) -> dict[str, Any] | None:
@@ -298,7 +311,7 @@ def write(folder: str, data: dict[str, Any]) -> None:
     Valid JSON always: the lrs are encoded (record_data.encode_lr), and anything else non-finite is refused."""
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"no checkpoint folder {folder!r} (a checkpoint engine that writes elsewhere?)")
-    text = json.dumps(data, indent=1, allow_nan=False) + "\n"
+    text = record_data.fitted(data)  # never past the bound the job's load and the audit read
     _clean_stale_partials(folder)
     # named .partial, not .json: a process killed between the write and the rename leaves a file no reader of
     # records (the audit, a glob for *.json) takes for one; the next write into this folder removes it
@@ -312,6 +325,21 @@ def write(folder: str, data: dict[str, Any]) -> None:
     except BaseException:
         os.unlink(temporary)
         raise
+
+
+def write_checked(folder: str, data: dict[str, Any], writes: dict[str, tuple[int, str | None]] | None) -> None:
+    """``write``, then the binding read again: where the folder changed while the record was written (another job
+    saving the same tag), the record is written again, unbound, saying so (docs/mark.md, "A race")."""
+    write(folder, data)
+    bound = data["bound_to"]
+    if bound.get("file") is None:
+        return
+    again = record_data.bind(folder)
+    raced = witness.rewritten_since(folder, writes) if again.get("file") is not None else again.get("unbound")
+    if raced is None and not record_data.same_binding(bound, again):
+        raced = f"the tag folder changed while the record was written ({record_data.binding_problem(bound, again)})"
+    if raced is not None:
+        write(folder, {**data, "bound_to": record_data.unbound(raced)})
 
 
 STALE_PARTIAL_S = 600  # a record is written in milliseconds: a partial this old was left by a killed process

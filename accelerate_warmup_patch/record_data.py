@@ -124,15 +124,26 @@ def bind(folder: str) -> dict[str, Any]:
     if not directory.zip:
         return unbound(_not_a_zip(name, "BadZipFile", directory.why))
     bound = binding(name, directory.size, directory.members)
-    facts: list[tuple[str, int, str | None]] = []
-    for other in other_states(os.listdir(folder), name):
-        try:
-            found = torch_file.zip_directory(os.path.join(folder, other))
-            facts.append((other, found.size, members_digest(found.members) if found.zip else None))
-        except (OSError, torch_file.Unreadable):
-            facts.append((other, -1, UNREADABLE))
-    bound["others"] = others_binding(facts)
+    bound["others"] = others_binding([(other, *file_fact(os.path.join(folder, other)))
+                                      for other in other_states(os.listdir(folder), name)])
     return bound
+
+
+def file_fact(path: str) -> tuple[int, str | None]:
+    """A states file as a binding names it: its size and its members' digest (None for a file that is not a zip;
+    size -1 and UNREADABLE for one that cannot be read), from its zip central directory alone."""
+    try:
+        found = torch_file.zip_directory(path)
+    except (OSError, torch_file.Unreadable):
+        return -1, UNREADABLE
+    return found.size, members_digest(found.members) if found.zip else None
+
+
+def rewritten(noted: dict[str, tuple[int, str | None]], now: dict[str, tuple[int, str | None]]) -> list[str]:
+    """The files a process wrote in a save (``noted``: name -> file_fact right after its own write) that hold other
+    bytes now, or are gone, or could not be read either time: another job wrote them since (docs/mark.md)."""
+    return sorted(name for name, fact in noted.items()
+                  if UNREADABLE in (fact[1], now.get(name, (-1, UNREADABLE))[1]) or now.get(name) != fact)
 
 
 def _not_a_zip(name: str, kind: str, why: str) -> str:
@@ -306,6 +317,54 @@ def written_loads(loads: Any) -> list[dict[str, Any]]:
     if not isinstance(loads, list) or not all(isinstance(hop, dict) for hop in loads):
         raise ValueError("loads is not a list of objects")
     return [{key: scalar(hop[key]) for key in HOP_KEYS if key in hop} for hop in loads[:MAX_LOADS]]
+
+
+# The record as written: never past what a reader accepts ------------------------------------------------------
+
+def fitted(record: dict[str, Any]) -> str:
+    """The record as the text written, at most RECORD_BYTES, so that the job's load and the audit always read it.
+    A model with many param groups lists each group's lr up to five times; where the indented text would pass the
+    bound, it is written compactly, then without what only informs (the scheduler's lrs before and after the
+    patch, this process's first step where step0 holds the run's), then with step 0 as ``unobserved``, saying why:
+    never a proof the reader cannot check, never a claim it would refuse. Raises ValueError where even that passes
+    (not reachable by a record's own fields: texts and loads are bounded)."""
+    too_many = (f"the record of {_groups(record)} param groups' lrs would pass the {RECORD_BYTES} bytes a reader "
+                "accepts: left out")
+    for shaped, indent in ((record, 1), (record, None), (_informative_out(record, too_many), None),
+                           (_step0_out(_informative_out(record, too_many), too_many), None)):
+        text = json.dumps(shaped, indent=indent, separators=None if indent else (",", ":"), allow_nan=False) + "\n"
+        if len(text.encode("utf-8")) <= RECORD_BYTES:
+            return text
+    raise ValueError(f"the record passes {RECORD_BYTES} bytes even without its lrs")
+
+
+def _part(record: dict[str, Any], key: str) -> dict[str, Any]:
+    value = record.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _groups(record: dict[str, Any]) -> int:
+    lists: tuple[Any, ...] = (_part(record, "step0").get("lrs"), _part(record, "first_step").get("lrs"), [])
+    return max(len(lrs) for lrs in lists if isinstance(lrs, list))
+
+
+def _informative_out(record: dict[str, Any], why: str) -> dict[str, Any]:
+    """Without the scheduler's lrs before and after, and this process's first-step lrs (step0 keeps the run's)."""
+    shaped = dict(record)
+    if isinstance(record.get("scheduler"), dict):
+        shaped["scheduler"] = {**record["scheduler"], "lrs_before": None, "lrs_after": None,
+                               "why": f"{record['scheduler'].get('why') or ''} ({why})"[:_WHY]}
+    first = record.get("first_step")
+    if isinstance(first, dict) and first.get("observed"):
+        shaped["first_step"] = {"observed": False, "why": f"its lrs: {why} (step0 holds the run's step 0)"}
+    return shaped
+
+
+def _step0_out(record: dict[str, Any], why: str) -> dict[str, Any]:
+    """Step 0 as ``unobserved``, saying why: no proof, and nothing the reader refuses."""
+    step0 = _part(record, "step0")
+    kept = {key: step0[key] for key in ("deepspeed", "scheduler", "mode", "patch") if key in step0}
+    return {**record, "step0": {"how": UNOBSERVED, **kept, "why": f"step 0's lrs: {why}"}}
 
 
 # The record as read back --------------------------------------------------------------------------------

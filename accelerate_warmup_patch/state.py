@@ -107,6 +107,9 @@ class State:
     watches: dict[int, Any] = field(default_factory=dict)
     # id(engine) -> what its last load_checkpoint carried into this process (witness.Carried), until it dies
     carried: dict[int, Any] = field(default_factory=dict)
+    # ``saving.writes``: while this thread runs a save whose record this process writes, each states file it
+    # wrote itself (its path -> record_data.file_fact right after the write: witness.py), else None
+    saving: threading.local = field(default_factory=threading.local)
     # the keys of the warnings given, each once per process (log.py)
     warned: set[str] = field(default_factory=set)
     # ``dry.on``: this thread runs warn mode's dry run of a change (schedules.change)

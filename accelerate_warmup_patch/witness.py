@@ -17,8 +17,10 @@ ran at, and what each load_checkpoint carried in from the save it loaded.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,6 +159,57 @@ def carried(engine: Any) -> Carried | None:
     return found if isinstance(found, Carried) else None
 
 
+# The save: what this process wrote itself ------------------------------------------------------------------
+# A record binds what rank 0 reads back after save_checkpoint returned. Another job saving the same tag at the same
+# moment may have written the files in between; so, during a save whose record it writes, this process notes each
+# states file as its own torch.save left it (the checkpoint engine's save, wrapped), and the record is bound only
+# where those files still hold those bytes when read back (docs/mark.md, "A race").
+
+@contextlib.contextmanager
+def saving(on: bool) -> Iterator[dict[str, tuple[int, str | None]] | None]:
+    """While it is open (and ``on``), this thread's own writes of states files are noted, path -> file fact."""
+    if not on:
+        yield None
+        return
+    writes: dict[str, tuple[int, str | None]] = {}
+    STATE.saving.writes = writes
+    try:
+        yield writes
+    finally:
+        STATE.saving.writes = None
+
+
+def own_write_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """``TorchCheckpointEngine.save(state_dict, path)``: the original first, its result returned unchanged; then,
+    in a save whose record this process writes, the file's facts as its own write left them (one read of its zip
+    central directory, never the weights)."""
+    result = wrapped(*args, **kwargs)
+    writes = getattr(STATE.saving, "writes", None)
+    if writes is not None:
+        path = kwargs.get("path", args[1] if len(args) > 1 else None)
+        if isinstance(path, str):
+            writes[os.path.abspath(path)] = record_data.file_fact(path)  # never raises: a fact of "?" at worst
+    return result
+
+
+def rewritten_since(folder: str, writes: dict[str, tuple[int, str | None]] | None) -> str | None:
+    """Why the states files this process wrote into ``folder`` in this save are not, now, what it wrote (another
+    job saved into the same tag since), or that it wrote none there; None where each holds its own bytes."""
+    if writes is None:
+        return "this process's own writes of the save were not watched"
+    here = os.path.abspath(folder)
+    noted = {os.path.basename(path): fact for path, fact in writes.items() if os.path.dirname(path) == here}
+    if not noted:
+        return ("this process wrote none of the tag folder's states files itself, so it cannot tell its save's "
+                "bytes from another job's")
+    changed = record_data.rewritten(noted, {name: record_data.file_fact(os.path.join(here, name)) for name in noted})
+    if not changed:
+        return None
+    named = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    return (f"{named}: not the bytes this process wrote in this save: another job saved into the same tag folder "
+            "at the same moment, and the files are not known to be this run's")
+
+
 # The load ---------------------------------------------------------------------------------------------------
 
 def loaded(engine: Any, load_path: Any, client_state: Any, *, resumed: bool = False) -> None:
@@ -170,12 +223,22 @@ def loaded(engine: Any, load_path: Any, client_state: Any, *, resumed: bool = Fa
     steps = _count(getattr(engine, "global_steps", None))
     hop: dict[str, Any] = {"tag": os.path.basename(folder), "deepspeed": version, "global_steps": steps,
                            "scheduler": record_data.scheduler_type(state.get("ds_config")), "record": None}
-    story, earlier = _story(folder, hop)
+    story, earlier = _story(folder, hop, universal=_loads_universal(engine))
     STATE.carried[id(engine)] = Carried(steps, story, [hop, *earlier][:record_data.MAX_LOADS], resumed)
     watch(engine, again=True)
 
 
-def _story(folder: str, hop: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _loads_universal(engine: Any) -> bool:
+    """Whether the engine loads universal checkpoints (``checkpoint.load_universal``: engine.py's
+    load_universal_checkpoint @ v0.15.2, v0.19.8), ds_to_universal's output, which copies no record."""
+    try:
+        return engine.load_universal_checkpoint() is True
+    except Exception:
+        return False
+
+
+def _story(folder: str, hop: dict[str, Any], *, universal: bool = False) -> tuple[dict[str, Any],
+                                                                                 list[dict[str, Any]]]:
     """The loaded save's story of step 0 and its earlier loads: its record's, where bound to this save."""
     base = {"deepspeed": hop["deepspeed"], "global_steps": hop["global_steps"], "tag": hop["tag"],
             "scheduler": hop["scheduler"]}
@@ -184,6 +247,10 @@ def _story(folder: str, hop: dict[str, Any]) -> tuple[dict[str, Any], list[dict[
         copied = _copied_from(folder, base)
         if copied is not None:
             return copied
+        if universal:  # converted from a save elsewhere: that save's record, not copied, told its step 0
+            return {"how": record_data.UNBOUND, **base,
+                    "why": f"the save it resumed from ({hop['tag']}) is a universal checkpoint with no record, and no "
+                           "save beside it is its source: how its source's step 0 ran is not known here"}, []
         return {"how": record_data.UNRECORDED, **base,
                 "why": f"the save it resumed from ({hop['tag']}) holds no record: step 0 ran unpatched, or patched "
                        "by 0.4.0 or older"}, []

@@ -103,6 +103,10 @@ class Spec:
     client_state: str | None = None
     # the groups hold tensor lrs (a client torch Adam built with them): each step's lr types are reported
     tensor_lr: bool = False
+    # fault injection, two jobs saving one tag (#47): another job's save folder, whose states files land in this
+    # save's tag folder after this process wrote its own and before save_checkpoint returns (at the checkpoint
+    # engine's commit). Changes no lr, so not part of the key.
+    raced_by: str | None = None
 
     @property
     def key(self) -> str:
@@ -165,8 +169,7 @@ def run_deepspeed(spec: Spec) -> list[list[float | None]]:
     if spec.torch_scheduler:
         kwargs["lr_scheduler"] = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda k: (k + 1) / 4)
     if spec.save_to:
-        kwargs["after"] = lambda engine: engine.save_checkpoint(spec.save_to, tag="ckpt",
-                                                                client_state=_client_state(spec))
+        kwargs["after"] = lambda engine: _save(spec, engine)
     if spec.resume_from:
         kwargs["before"] = lambda engine: _load(spec, engine)
     if spec.user_steps:
@@ -220,6 +223,29 @@ def _tensor_lr_optimizer(spec: Spec, params: Any) -> Any:
 
     optimizer.register_step_pre_hook(note)
     return optimizer
+
+
+def _save(spec: Spec, engine: Any) -> None:
+    if spec.raced_by is not None:
+        _race(engine, os.path.join(spec.raced_by, "ckpt"), os.path.join(str(spec.save_to), "ckpt"))
+    engine.save_checkpoint(spec.save_to, tag="ckpt", client_state=_client_state(spec))
+
+
+def _race(engine: Any, other: str, tag_folder: str) -> None:
+    """Fault injection: another job's states files are written into ``tag_folder`` in the moment after this
+    process wrote its own and before its save_checkpoint returns (the checkpoint engine's commit, once)."""
+    import shutil
+
+    commit = engine.checkpoint_engine.commit
+
+    def raced_commit(*args: Any, **kwargs: Any) -> Any:
+        for name in os.listdir(other):
+            if name.endswith(".pt"):
+                shutil.copy(os.path.join(other, name), os.path.join(tag_folder, name))
+        engine.checkpoint_engine.commit = commit
+        return commit(*args, **kwargs)
+
+    engine.checkpoint_engine.commit = raced_commit
 
 
 def _load(spec: Spec, engine: Any) -> None:

@@ -273,6 +273,20 @@ def test_a_patched_start_an_unpatched_resume_and_a_patched_resume_in_one_folder_
         assert report["verdict"] == "not affected", report
 
 
+def test_a_patched_start_resumed_unpatched_under_custom_tag_names_is_one_engine_never_affected(saved, tmp_path):
+    # the same saves under custom tags (#47 item 2): each tag name is an engine's line, but epoch2 holds the model of
+    # epoch1 at more steps; its step 0 ran in the reset run (epoch1's bound record), unless it started afresh
+    root, _ = saved
+    for source, tag in (("reset", "epoch1"), ("chain-b", "epoch2")):
+        shutil.copytree(root / source / "ckpt", tmp_path / "run" / tag)
+    proc = bare_audit(tmp_path / "bare")("-m", "accelerate_warmup_patch", "audit", "--json", str(tmp_path / "run"))
+    reports = {report["engine"]: report for report in json.loads(proc.stdout)}
+    assert Path(reports["epoch2"]["step0_checkpoint"]).parent.name == "epoch1", reports["epoch2"]
+    expected = "unknown" if BUGGY else "not affected"
+    assert {engine: report["verdict"] for engine, report in reports.items()} == {"epoch1": expected,
+                                                                                "epoch2": expected}, reports
+
+
 def test_a_scheduler_stepped_before_training_is_compared_with_0_19_8_at_its_position(tmp_path):
     """User code steps the scheduler twice before the first optimizer step (the old workaround, twice): step 0 runs
     at lr(1), as on 0.19.8. The record's expected lrs are 0.19.8's formula at that position, not the start the

@@ -31,7 +31,7 @@ NEWEST_STEP0 = 0.0  # WarmupLR-linear's warmup_min_lr: what 0.19.8 runs step 0 a
 # weights are in the optimizer's and the layers' files; #47 item 1)
 UNPATCHED = {"step0-save": Spec(steps=0), "unpatched": Spec(steps=3), "own-step": Spec(steps=3, road="own-step"),
              "zero3-unpatched": Spec(steps=2, zero=3), "own-step-zero2": Spec(steps=3, road="own-step", zero=2),
-             "pipeline-unpatched": Spec(steps=2, road="pipeline", zero=1)}
+             "pipeline-unpatched": Spec(steps=2, road="pipeline", zero=1), "short-rerun": Spec(steps=1)}
 # each armed run: its spec, and the run whose first optimizer step is this run's step 0 (None: its own)
 ARMED: dict[str, tuple[Spec, str | None]] = {
     "patched": (Spec(steps=3), None),
@@ -46,6 +46,9 @@ ARMED: dict[str, tuple[Spec, str | None]] = {
     "zero3": (Spec(steps=2, zero=3), None),
     "patched-own-step": (Spec(steps=3, road="own-step"), None),
     "pipeline": (Spec(steps=2, road="pipeline", zero=1), None),
+    # two jobs saving one tag (#47 item 1): the unpatched run's files land in this tag after this job wrote its own,
+    # before its save_checkpoint returns; the tag's files are then the unpatched run's
+    "raced": (Spec(steps=3, raced_by="unpatched"), "unpatched"),
 }
 
 
@@ -55,7 +58,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list
     root = tmp_path_factory.mktemp("proof")
     unpatched = run_specs(*(replace(spec, save_to=str(root / name)) for name, spec in UNPATCHED.items()))
     armed = run_specs(*(replace(spec, save_to=str(root / name), resume_from=spec.resume_from and
-                                str(root / spec.resume_from)) for name, (spec, _) in ARMED.items()),
+                                str(root / spec.resume_from), raced_by=spec.raced_by and str(root / spec.raced_by))
+                        for name, (spec, _) in ARMED.items()),
                       env={"ACCELERATE_WARMUP_PATCH": "reset"})
     first = {name: result["lrs"][0] if result["lrs"] else None
              for name, result in zip([*UNPATCHED, *ARMED], [*unpatched.data["results"], *armed.data["results"]])}
@@ -90,6 +94,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list
     shutil.copytree(root / "unpatched" / "ckpt", earlier / "global_step3")
     shutil.copy(root / "patched" / "ckpt" / RECORD, earlier / "global_step3" / RECORD)
     truth["rerun-earlier"] = first["unpatched"]
+    # a rerun with save_latest=False (#47 item 2): its one-step save beside the patched run's, whose tag latest names
+    shutil.copytree(root / "patched" / "ckpt", root / "no-latest" / "global_step3")
+    shutil.copytree(root / "short-rerun" / "ckpt", root / "no-latest" / "global_step1")
+    (root / "no-latest" / "latest").write_text("global_step3")
+    truth["no-latest"] = first["short-rerun"]
     return root, truth
 
 
@@ -144,6 +153,15 @@ def test_a_rerun_that_stopped_earlier_beside_a_patched_runs_later_save_is_never_
         assert report["verdict"] == "unknown" and "started afresh unpatched" in report["why"], report
 
 
+def test_a_save_latest_false_rerun_beside_the_save_latest_names_is_never_not_affected(runs, audited):
+    _, truth = runs
+    report = audited["no-latest"]
+    if truth["no-latest"] == [NEWEST_STEP0]:  # 0.19.8: the rerun ran step 0 as 0.19.8 does
+        assert report["verdict"] == "not affected", report
+    else:  # latest names the patched save; the rerun's save still counts
+        assert report["verdict"] == "unknown" and "global_step1" in report["why"], report
+
+
 def test_a_patched_run_copied_with_cp_r_is_still_proven(audited):
     assert audited["cp-r"]["verdict"] == "not affected" and audited["cp-r"]["record"]["bound"] is True
 
@@ -159,6 +177,18 @@ def test_a_rerun_or_a_copied_record_is_not_that_saves_record_unless_the_bytes_ar
             continue
         assert audited[name]["record"] is None, audited[name]
         assert any("ignored, not that save's record" in note for note in audited[name]["notes"]), audited[name]
+
+
+def test_a_record_is_never_bound_to_files_another_job_saved_into_its_tag_at_the_same_moment(runs, audited):
+    root, truth = runs
+    report, record = audited["raced"], json.loads((root / "raced" / "ckpt" / RECORD).read_text())
+    states = "ckpt/mp_rank_00_model_states.pt"
+    if (root / "raced" / states).read_bytes() == (root / "patched" / states).read_bytes():
+        # 0.19.8 trains the unpatched run exactly as the patched one: the other job wrote this job's bytes
+        assert record["bound_to"]["file"] is not None and report["verdict"] == "not affected", (record, report)
+        return
+    assert record["bound_to"]["file"] is None and "another job" in record["bound_to"]["unbound"], record
+    assert truth["raced"] != [NEWEST_STEP0] and report["verdict"] == "unknown", (truth["raced"], report)
 
 
 def test_a_resume_from_an_unrecorded_save_names_the_release_that_ran_step_0(runs, audited):

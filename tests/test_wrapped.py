@@ -13,7 +13,8 @@ from accelerate_warmup_patch import releases, targets
 
 # where each row's owner lives, as status()["patched"] names it
 MODULES = {"deepspeed": "", "DeepSpeedEngine": "deepspeed.runtime.engine.",
-           "MultiNodeRunner": "deepspeed.launcher.multinode_runner."}
+           "MultiNodeRunner": "deepspeed.launcher.multinode_runner.",
+           "TorchCheckpointEngine": "deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine."}
 
 
 def labels(version: str, mode: str) -> list[str]:

@@ -133,6 +133,30 @@ def test_a_rerun_whose_model_states_file_is_byte_identical_is_still_not_that_sav
     assert any("the other states files" in note for note in report["notes"]), report["notes"]
 
 
+def test_a_record_is_bound_only_to_files_that_still_hold_the_bytes_its_writer_wrote(tmp_path: Path) -> None:
+    # two jobs saving one tag (#47 item 1): the writer notes each file as its own torch.save left it
+    files.write_run(tmp_path / "run")
+    tag = tmp_path / "run" / "global_step6"
+    states = str(tag / "mp_rank_00_model_states.pt")
+    writes = {os.path.abspath(states): record_data.file_fact(states)}
+    assert witness.rewritten_since(str(tag), writes) is None
+    assert "wrote none" in str(witness.rewritten_since(str(tag), {}))  # nothing of its own: nothing to bind
+    assert witness.rewritten_since(str(tag), None) is not None
+    bound = record_data.bind(str(tag))
+    files.write_run(tmp_path / "other", lr=2e-3)  # the other job's bytes land after this job's own write
+    shutil.copy(tmp_path / "other" / "global_step6" / "mp_rank_00_model_states.pt", states)
+    assert "another job" in str(witness.rewritten_since(str(tag), writes))
+    # bound before the folder changed, while the record was written: written again, unbound
+    now = {os.path.abspath(states): record_data.file_fact(states)}
+    marks.write_checked(str(tag), record2(tag, observed([0.0], [0.0])) | {"bound_to": bound}, now)
+    written = json.loads((tag / record_data.RECORD_FILE).read_text())
+    assert written["bound_to"]["file"] is None and "changed while" in written["bound_to"]["unbound"], written
+    assert one(tmp_path / "run")[1]["verdict"] == "unknown"
+    assert record_data.rewritten({"a": (1, "sha256:x")}, {"a": (1, "sha256:x")}) == []
+    assert record_data.rewritten({"a": (1, "sha256:x"), "b": (2, "?")}, {"a": (1, "sha256:y"), "b": (2, "?")}) == \
+        ["a", "b"]
+
+
 def test_a_record_of_0_6_0_bound_to_the_model_states_alone_is_still_read(tmp_path: Path) -> None:
     tag = _zero3_save(tmp_path / "run", 1e-3)
     record = record2(tag, observed([0.0], [0.0]))
@@ -646,6 +670,22 @@ def test_custom_tags_across_an_upgrade_resume_are_weighed_as_one_engine(tmp_path
     assert "the save epoch1" in reports[2]["why"] and code == 1, reports[2]
 
 
+@pytest.mark.parametrize(("version", "verdict"), [("0.15.2", "unknown"), ("0.19.8", "not affected")])
+def test_a_patched_start_resumed_unpatched_under_custom_tags_is_never_affected(tmp_path: Path, version: str,
+                                                                               verdict: str) -> None:
+    # a patched run saved epoch1, epoch2; resumed unpatched, it saved epoch3, epoch4: their step 0 ran in the
+    # patched process (epoch2's bound record), unless that process started afresh, which the files cannot tell
+    for epoch in (1, 2):
+        patched_run(tmp_path / "run", observed([0.0], [0.0]), tag=f"epoch{epoch}", global_steps=3 * epoch)
+    for epoch in (3, 4):
+        files.write_run(tmp_path / "run", tag=f"epoch{epoch}", global_steps=3 * epoch, version=version)
+    reports = {r["engine"]: r for r in audit(tmp_path / "run")[1]}
+    assert {engine: reports[engine]["verdict"] for engine in ("epoch3", "epoch4")} == {"epoch3": verdict,
+                                                                                      "epoch4": verdict}, reports
+    assert Path(reports["epoch3"]["step0_checkpoint"]).parent.name == "epoch2", reports["epoch3"]
+    assert any("epoch2 holds the same model" in note for note in reports["epoch4"]["notes"]), reports["epoch4"]
+
+
 def test_another_models_tags_in_the_folder_do_not_count_against_an_engine(tmp_path: Path) -> None:
     other = files.Call(files.Global("collections", "OrderedDict"), ([["head.weight", files.Tensor((2, 2))]],))
     files.write_run(tmp_path / "run", tag="pytorch_model", global_steps=6, version="0.19.8")
@@ -718,3 +758,73 @@ def test_a_resume_from_a_universal_checkpoint_carries_the_step_0_of_the_save_it_
         assert "hold no weights" in carried.step0["why"], carried
     else:
         assert carried.step0["lrs"] == [0.0]
+
+
+@pytest.mark.parametrize(("patched", "version", "verdict"), [(True, "0.15.2", "unknown"), (False, "0.15.2", "unknown"),
+                                                             (True, "0.19.8", "not affected")])
+def test_a_universal_checkpoint_written_into_another_folder_is_unknown_where_the_fix_was_needed(
+        tmp_path: Path, patched: bool, version: str, verdict: str) -> None:
+    # ds_to_universal --output_folder elsewhere (#47 item 3): the record stays beside the source, out of sight
+    if patched:
+        patched_run(tmp_path / "run", observed([0.0], [0.0], deepspeed=version), version=version)
+    else:
+        files.write_run(tmp_path / "run", version=version)
+    universal = _universal(tmp_path / "run")
+    (tmp_path / "converted").mkdir()
+    shutil.move(str(universal), tmp_path / "converted" / universal.name)
+    (tmp_path / "converted" / "latest_universal").write_text(universal.name)
+    code, report = one(tmp_path / "converted")
+    assert report["verdict"] == verdict, report
+    if verdict == "unknown":
+        assert "source save is not in this folder" in report["why"] and code == 0, report
+
+
+def test_a_universal_checkpoint_of_an_unrecorded_save_beside_it_is_judged_as_that_save(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "run")
+    _universal(tmp_path / "run")
+    _, reports = audit(tmp_path / "run")
+    assert {r["engine"]: r["verdict"] for r in reports} == {"global_step*": "affected",
+                                                            "global_step6_universal": "affected"}, reports
+
+
+class _UniversalEngine(_Engine):
+    def load_universal_checkpoint(self) -> bool:
+        return True
+
+
+def test_a_resume_from_a_universal_checkpoint_with_its_source_elsewhere_is_unbound_not_unrecorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(STATE, "carried", {})
+    monkeypatch.setattr(STATE, "watches", {})
+    patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    universal = _universal(tmp_path / "run")
+    (tmp_path / "converted").mkdir()
+    moved = Path(shutil.move(str(universal), tmp_path / "converted" / universal.name))
+    for engine, how in ((_UniversalEngine(6), "unbound"), (_Engine(6), "unrecorded")):
+        witness.loaded(engine, str(next(moved.glob("*model_states.pt"))), {"ds_version": "0.15.2"})
+        carried = witness.carried(engine)
+        assert carried is not None and carried.step0["how"] == how, carried
+
+
+@pytest.mark.parametrize(("groups", "how", "verdict"), [(600, "observed", "not affected"),
+                                                        (5000, "unobserved", "unknown")])
+def test_a_record_of_many_param_groups_is_never_written_past_the_bound_its_readers_accept(
+        tmp_path: Path, groups: int, how: str, verdict: str) -> None:
+    # each group's lr appears up to five times (#47): 600 groups of long lrs passed 64 KiB, and the job and the audit
+    # refused the record the writer wrote
+    files.write_run(tmp_path / "run")
+    tag = tmp_path / "run" / "global_step6"
+    lrs = [index * 1.2345678901e-7 for index in range(groups)]
+    record = record2(tag, observed(lrs, lrs))
+    record["scheduler"] |= {"lrs_before": lrs, "lrs_after": lrs}
+    record["first_step"] = {"observed": True, "lrs": lrs, "global_steps": 0, "skipped_steps": 0,
+                            "last_batch_iteration": 0}
+    marks.write(str(tag), record)
+    data = (tag / record_data.RECORD_FILE).read_bytes()
+    assert len(data) <= record_data.RECORD_BYTES
+    written = record_data.valid_record(record_data.parse(data))
+    assert written["step0"]["how"] == how, written["step0"]
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == verdict and report["record"]["bound"] is True, report
+    if how == "unobserved":
+        assert "5000 param groups" in report["why"], report

@@ -19,6 +19,7 @@ from accelerate_warmup_patch.state import STATE, reset
 
 SCHEDULES = "deepspeed.runtime.lr_schedules"
 ENGINE = "deepspeed.runtime.engine"
+CHECKPOINT = "deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine"
 
 
 def _fake_deepspeed(version: str) -> dict[str, types.ModuleType]:
@@ -54,15 +55,21 @@ def _fake_deepspeed(version: str) -> dict[str, types.ModuleType]:
         def _take_model_step(self) -> None:
             pass
 
+    class TorchCheckpointEngine:
+        def save(self, state_dict: Any, path: str) -> None:
+            pass
+
     deepspeed = types.ModuleType("deepspeed")
     deepspeed.__version__ = version  # type: ignore[attr-defined]
     deepspeed.initialize = initialize  # type: ignore[attr-defined]
     schedules = types.ModuleType(SCHEDULES)
     engine = types.ModuleType(ENGINE)
-    for cls, module in ((WarmupLR, schedules), (WarmupCosineLR, schedules), (DeepSpeedEngine, engine)):
+    checkpoint = types.ModuleType(CHECKPOINT)
+    for cls, module in ((WarmupLR, schedules), (WarmupCosineLR, schedules), (DeepSpeedEngine, engine),
+                        (TorchCheckpointEngine, checkpoint)):
         cls.__module__, cls.__qualname__ = module.__name__, cls.__name__
         setattr(module, cls.__name__, cls)
-    return {"deepspeed": deepspeed, SCHEDULES: schedules, ENGINE: engine}
+    return {"deepspeed": deepspeed, SCHEDULES: schedules, ENGINE: engine, CHECKPOINT: checkpoint}
 
 
 @pytest.fixture
@@ -92,7 +99,8 @@ def test_apply_wraps_each_target_once_and_records_who_applied(deepspeed: types.M
     assert status["patched"] == [
         f"{SCHEDULES}.WarmupLR.__init__", f"{SCHEDULES}.WarmupLR.get_lr", f"{SCHEDULES}.WarmupCosineLR.__init__",
         f"{SCHEDULES}.WarmupCosineLR.get_lr", f"{SCHEDULES}.WarmupCosineLR.get_lr_ratio", "deepspeed.initialize",
-        f"{ENGINE}.DeepSpeedEngine.load_checkpoint", f"{ENGINE}.DeepSpeedEngine.save_checkpoint"]
+        f"{ENGINE}.DeepSpeedEngine.load_checkpoint", f"{ENGINE}.DeepSpeedEngine.save_checkpoint",
+        f"{CHECKPOINT}.TorchCheckpointEngine.save"]
     assert len(STATE.wrapped) == len(status["patched"])  # applied twice: one layer each
     assert STATE.deepspeed_version == "0.15.2"
     assert status["waiting_for"] == [launcher.MODULE]  # the launcher is not imported

@@ -45,6 +45,8 @@ class Run:
     # the other engines' tags in the same folder: a tag name is not proof of which engine saved it (saves.py weighs
     # those whose model is this engine's, epoch1..epoch4 across an upgrade say)
     siblings: tuple[PurePath, ...] = ()
+    # the tags a `latest_universal` beside them names: ds_to_universal's output, a copy of another save's model states
+    universal: tuple[PurePath, ...] = ()
 
     @property
     def tag(self) -> PurePath:
@@ -121,6 +123,7 @@ class _Save:
     round: int
     tags: list[tuple[PurePath, Listing]]
     notes: list[str]
+    universal: PurePath | None = None  # the tag its `latest_universal` names (ds_to_universal's output)
 
 
 class _Walk:
@@ -181,7 +184,7 @@ class _Walk:
         round_ = _SAVE_ROUND.match(folder.name)
         handed = None
         if own is not None and round_ and folder != self.root:  # the Trainer's checkpoint-N: the run is above
-            handed, own = _Save(int(round_.group(1)), own.tags, own.notes), None
+            handed, own = _Save(int(round_.group(1)), own.tags, own.notes, own.universal), None
         saves = ([own] if own is not None else []) + sorted(rounds, key=lambda save: save.round)
         if saves:
             yield from _runs(self.where, folder, saves)
@@ -196,6 +199,7 @@ def _runs(where: Place, folder: PurePath, saves: list[_Save]) -> Iterator[Run]:
         for tag, listing in save.tags:
             engines.setdefault(None if _STEP_TAG.match(tag.name) else tag.name, []).append((tag, listing))
     notes = tuple(note for save in saves for note in save.notes)
+    universal = tuple(save.universal for save in saves if save.universal is not None)
     several = len(engines) > 1
     every = [item for its in engines.values() for item in its]
     for engine in sorted(engines, key=lambda name: (name is not None, name or "")):
@@ -204,10 +208,28 @@ def _runs(where: Place, folder: PurePath, saves: list[_Save]) -> Iterator[Run]:
         own = {tag for tag, _ in its}
         siblings = tuple(tag for tag, _ in every if tag not in own)
         yield Run(folder, tuple(tag for tag, _ in its), notes,
-                  (engine or STEP_ENGINE) if several else None, store, siblings)
+                  (engine or STEP_ENGINE) if several else None, store, siblings, universal)
 
 
 def _in_order(where: Place, save: PurePath, tags: list[tuple[PurePath, Listing]], entries: list[Entry]) -> _Save:
+    """A save folder's tags, earliest first, and the tag its ``latest_universal`` names, if any."""
+    found = _ordered(where, save, tags, entries)
+    universal = next((entry for entry in entries if entry.name == LATEST_UNIVERSAL), None)
+    if universal is not None:
+        store = where.store({str(save): {LATEST_UNIVERSAL: universal}})
+        try:
+            named = store.read_capped(save / LATEST_UNIVERSAL, LATEST_BYTES).decode("utf-8").strip()
+        except (Unreadable, UnicodeDecodeError):
+            named = ""
+        found.universal = next((tag for tag, _ in tags if named and tag == save / named), None)
+    return found
+
+
+# ds_to_universal writes it beside its output folder, naming it (checkpoint/ds_to_universal.py @ v0.15.2, v0.19.8)
+LATEST_UNIVERSAL = "latest_universal"
+
+
+def _ordered(where: Place, save: PurePath, tags: list[tuple[PurePath, Listing]], entries: list[Entry]) -> _Save:
     """A save folder's tags, earliest first; the newest is the one ``latest`` names (what DeepSpeed resumes from),
     else the highest step number."""
     ordered = sorted(tags, key=lambda tag: _order(tag[0]))

@@ -16,7 +16,17 @@ from .checkpoint_pickle import Unreadable
 from .find import Run
 from .judge import _judge, blank_report, blank_row, unreadable_report
 from .read import Save, number, read_save
-from .saves import copied_from, earlier_proof, every_save, newest_bound_record, read_earlier, schedule, step_counts
+from .saves import (
+    converted_elsewhere,
+    copied_from,
+    earlier_proof,
+    every_save,
+    newest_bound_record,
+    read_earlier,
+    same_engine_record,
+    schedule,
+    step_counts,
+)
 from .verdicts import AFFECTED, NOT_AFFECTED, UNKNOWN
 
 
@@ -67,6 +77,8 @@ def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dic
     copy_of = copied_from(run, newest, report, config_root) if chain is None and newest.record is None else None
     if copy_of is not None and copy_of.record is not None and copy_of.record.get("bound"):
         chain = copy_of
+    if chain is None and copy_of is None:
+        chain = same_engine_record(run, read, report, config_root, newest)
     report["record"] = chain.record if chain is not None else first.record
     if chain is None and first.record is None and isinstance(first.global_steps, int) and first.global_steps > 0:
         report["notes"].append(f"step 0 ran before the save {first.tag.name} ({first.global_steps} optimizer "
@@ -85,6 +97,11 @@ def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dic
         # a copy of a recorded save whose model states hold no weights: that record is a claim about these files
         report["verdict"], report["why"] = from_table(report, scheduler, params, newest.version,
                                                        copy_of.record.get("why", ""), proof=False)
+        return report
+    converted = converted_elsewhere(run, newest, config_root) if chain is None and copy_of is None else None
+    if converted is not None:  # a conversion of a save elsewhere: only a release or class that needs no fix clears it
+        report["verdict"], report["why"] = from_table(report, scheduler, params, newest.version, converted,
+                                                       proof=False)
         return report
     if chain is not None:
         earlier = earlier_proof(run, read, report, config_root, chain)

@@ -171,6 +171,31 @@ def newest_bound_record(run: Run, read: dict[PurePath, Save], report: dict[str, 
     return None
 
 
+def same_engine_record(run: Run, read: dict[PurePath, Save], report: dict[str, Any], config_root: str | None,
+                       newest: Save) -> Save | None:
+    """Where none of an engine's own tags holds a bound record, the nearest earlier save of the same engine under
+    another tag name that does: the same model (its parameter names) at fewer optimizer steps (custom tags such as
+    epoch1..epoch4, a patched start resumed unpatched). A tag's name does not say which engine saved it; the files
+    do. Its chain is then read as this engine's, and a fresh start in between stays possible (chain.py)."""
+    if newest.model is None or not isinstance(newest.global_steps, int):
+        return None
+    found: Save | None = None
+    for tag in run.siblings:
+        if tag not in read and not run.store.exists(tag / RECORD_FILE):
+            continue
+        save = read_earlier(tag, read, report, config_root, run.store)
+        if save is None or save.record is None or not save.record.get("bound") or save.model != newest.model or \
+                not isinstance(save.global_steps, int) or save.global_steps >= newest.global_steps:
+            continue
+        if found is None or save.global_steps > found.global_steps:
+            found = save
+    if found is not None:
+        report["notes"].append(f"{found.tag.name} holds the same model at fewer optimizer steps ({found.global_steps}, "
+                               f"here {newest.global_steps}) and a bound record: weighed as an earlier save of this "
+                               "engine, whatever the tags' names")
+    return found
+
+
 def copied_from(run: Run, newest: Save, report: dict[str, Any], config_root: str | None) -> Save | None:
     """A save without a record whose model-states file is a byte copy of another tag's in the folder that has a
     bound record (a universal checkpoint: ds_to_universal copies the model states, not the record; a copied tag
@@ -202,6 +227,29 @@ def copied_from(run: Run, newest: Save, report: dict[str, Any], config_root: str
                                   "proves nothing about it"}
         return save
     return None
+
+
+def converted_elsewhere(run: Run, newest: Save, config_root: str | None) -> str | None:
+    """Why the newest save is a conversion whose source is not in this folder, or None: a tag that a
+    ``latest_universal`` beside it names (ds_to_universal's output), holding no record, whose model-states file is
+    no byte copy of another tag's here. Its step 0 is its source's, which only that save's record tells."""
+    if newest.record is not None or run.tag not in run.universal:
+        return None
+    try:
+        bound = read_save(run.tag, config_root, run.store, bind=True).binding
+    except Unreadable:
+        bound = None
+    for tag in run.siblings:
+        try:
+            source = read_save(tag, config_root, run.store, bind=True).binding
+        except Unreadable:
+            continue
+        if bound is not None and record_data.same_model_states(source, bound):
+            return None  # its source is here: judged as that save is
+    return (f"{run.tag.name} is a universal checkpoint (ds_to_universal's output, named by latest_universal) whose "
+            "source save is not in this folder: its model states are a copy of that save's, and the record of the "
+            "patch beside that save, which the conversion does not copy, is what tells how step 0 ran (audit the "
+            "folder it was converted from)")
 
 
 def earlier_proof(run: Run, read: dict[PurePath, Save], report: dict[str, Any], config_root: str | None,
