@@ -19,7 +19,6 @@ the way the running release writes it (``schedules.write``), every change goes t
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -265,12 +264,12 @@ def _why(name: str, version: str) -> str:
 
 def _constructor(original: Callable[..., Any], version: str) -> Callable[..., Any]:
     """The wrapper of one scheduler class's ``__init__``: the original first, then ``settle``."""
-    signature = inspect.signature(original)
+    arguments = wrapping.arguments_reader(original, defaults=False)  # a peak given, not a default's
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
         if STATE.mode is None or instance is None:
             return wrapped(*args, **kwargs)
-        captured = _capture(signature, instance, args, kwargs)
+        captured = _capture(arguments, instance, args, kwargs)
         # The original has its say first: arguments it refuses raise its own error, and nothing of ours is said.
         result = wrapped(*args, **kwargs)
         construction = captured if isinstance(captured, Construction) else None
@@ -285,13 +284,14 @@ def _constructor(original: Callable[..., Any], version: str) -> Callable[..., An
     return wrapper
 
 
-def _capture(signature: inspect.Signature, instance: Any, args: Any, kwargs: Any) -> Construction | Exception:
+def _capture(arguments: Callable[[Any, Any, Any], dict[str, Any]], instance: Any, args: Any,
+             kwargs: Any) -> Construction | Exception:
     """The groups' lrs and whether a peak was given, read before the original __init__ runs (it may change
     them); what went wrong instead, to be reported only if the original accepts these arguments."""
     try:
-        bound = signature.bind(instance, *args, **kwargs)
-        groups = schedules.torch_optimizer(bound.arguments["optimizer"]).param_groups
-        return Construction(tuple(schedules.lr_copies(groups)), bound.arguments.get("warmup_max_lr") is not None)
+        given = arguments(instance, args, kwargs)
+        groups = schedules.torch_optimizer(given["optimizer"]).param_groups
+        return Construction(tuple(schedules.lr_copies(groups)), given.get("warmup_max_lr") is not None)
     except Exception as error:
         return error
 

@@ -98,9 +98,7 @@ def earlier_process(scheduler: Any, how: str) -> Step0:
 
 def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     """``DeepSpeedEngine.save_checkpoint``: the original first, its result returned unchanged; then the record."""
-    import inspect
-
-    signature = inspect.signature(original)
+    arguments = wrapping.arguments_reader(original, defaults=True)
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
         result = wrapped(*args, **kwargs)
@@ -112,12 +110,11 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
                 witness.unhook_fired(instance)  # outside torch's loop over the hooks, where it can go
                 if not writes_records(instance):
                     return result
-                bound = signature.bind(instance, *args, **kwargs)
-                bound.apply_defaults()
-                tag = bound.arguments["tag"]
+                given = arguments(instance, args, kwargs)
+                tag = given["tag"]
                 # the tag the original used: with none given, f"global_step{self.global_steps}" (engine.py's
                 # save_checkpoint @ v0.9.0, v0.14.4, v0.15.2, v0.19.8; it does not move global_steps)
-                folder = os.path.join(bound.arguments["save_dir"],
+                folder = os.path.join(given["save_dir"],
                                       f"global_step{instance.global_steps}" if tag is None else str(tag))
                 write(folder, record(instance, mode, folder))
             except Exception as error:  # the checkpoint is saved: never break the user's save

@@ -17,12 +17,11 @@ asks what the build does: installed.py), and only through ``schedules.change``.
 
 from __future__ import annotations
 
-import inspect
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import backport, failures, installed, log, marks, releases, schedules, witness
+from . import backport, failures, installed, log, marks, releases, schedules, witness, wrapping
 from .settings import ENV_MODE, Mode
 from .state import STATE
 
@@ -52,14 +51,14 @@ def optimizer_step_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any
 
 def load_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     """``DeepSpeedEngine.load_checkpoint``: after a load that did not restore the optimizer's lr, align it."""
-    signature = inspect.signature(original)
+    arguments = wrapping.arguments_reader(original, defaults=True)
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
         result = wrapped(*args, **kwargs)
         if _first_of(result) is not None and STATE.mode is not None:
             try:
                 marks.resumed(instance)  # the record: step 0 of a restored scheduler ran in an earlier process
-                if not _optimizer_lr_restored(signature, instance, args, kwargs):
+                if not _optimizer_lr_restored(arguments(instance, args, kwargs)):
                     align_after_load(instance)
             except Exception as error:
                 failures.report("align", what="aligning the lr after load_checkpoint", error=error,
@@ -76,10 +75,8 @@ def load_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _optimizer_lr_restored(signature: inspect.Signature, engine: Any, args: Any, kwargs: Any) -> bool:
-    arguments = signature.bind(engine, *args, **kwargs)
-    arguments.apply_defaults()
-    return bool(arguments.arguments["load_optimizer_states"]) and not arguments.arguments.get("load_module_only")
+def _optimizer_lr_restored(given: dict[str, Any]) -> bool:
+    return bool(given["load_optimizer_states"]) and not given.get("load_module_only")
 
 
 def prepare_first_step(engine: Any, when: str = "before the first optimizer step") -> None:

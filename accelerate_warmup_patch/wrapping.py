@@ -191,6 +191,24 @@ def wrap(owner: Any, name: str, wrapper: Callable[..., Any]) -> None:
         STATE.wrapped.append(_Wrapped(owner, name, original, layer))
 
 
+def arguments_reader(method: Callable[..., Any], *,
+                     defaults: bool) -> Callable[[Any, Any, Any], dict[str, Any]]:
+    """For a wrapper of ``method``: the arguments a call gives it, by parameter name, from the wrapper's
+    ``instance, args, kwargs`` (``defaults``: with the parameters not given at their defaults). The signature is
+    read once, when the wrapper is made; a call whose arguments do not fit raises TypeError, as the call would."""
+    import inspect  # when a wrapper is made, never on the start-up path
+
+    signature = inspect.signature(method)
+
+    def arguments(instance: Any, args: Any, kwargs: Any) -> dict[str, Any]:
+        bound = signature.bind(instance, *args, **kwargs)
+        if defaults:
+            bound.apply_defaults()
+        return bound.arguments
+
+    return arguments
+
+
 def is_wrapped(original: Any) -> bool:
     """True while ``original`` is recorded as wrapped (remove() has not put it back)."""
     return any(w.original is original for w in STATE.wrapped)
