@@ -8,7 +8,7 @@
   may have stepped it).
 - ``DeepSpeedEngine.load_checkpoint``: on a release that starts the class wrong, or in step mode, the
   optimizer's lr is aligned with the scheduler the checkpoint restored when the optimizer's lr was not.
-- For the record (marks.py, witness.py), where a net already sees an engine: a one-shot watch of its first
+- For the record (record_writer.py, witness.py), where a net already sees an engine: a one-shot watch of its first
   optimizer step, and after a load what the loaded save carries in.
 
 A net changes only a scheduler that this release builds otherwise than the newest (``backport.settle``
@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import backport, failures, installed, log, marks, releases, schedules, witness, wrapping
+from . import backport, failures, installed, log, record_writer, releases, schedules, witness, wrapping
 from .settings import ENV_MODE, Mode
 from .state import STATE
 
@@ -57,14 +57,14 @@ def load_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         result = wrapped(*args, **kwargs)
         if _first_of(result) is not None and STATE.mode is not None:
             try:
-                marks.resumed(instance)  # the record: step 0 of a restored scheduler ran in an earlier process
+                record_writer.resumed(instance)  # the record: step 0 of a restored scheduler ran in an earlier process
                 if not _optimizer_lr_restored(arguments(instance, args, kwargs)):
                     align_after_load(instance)
             except Exception as error:
                 failures.report("align", what="aligning the lr after load_checkpoint", error=error,
                                 consequence="the lr after this load is left as DeepSpeed set it")
             try:  # after the align: the watch sees the lr the next step really runs at
-                if marks.writes_records(instance):
+                if record_writer.writes_records(instance):
                     witness.loaded(instance, _first_of(result), result[1] if isinstance(result, tuple) and
                                    len(result) > 1 else None)
             except Exception as error:
@@ -83,7 +83,7 @@ def prepare_first_step(engine: Any, when: str = "before the first optimizer step
     """Before an engine's first optimizer step: a scheduler built before the patch was applied is settled
     as the constructor's fix would have. Step mode's step waits for the optimizer step itself."""
     try:
-        if marks.writes_records(engine):  # the record: the lr this engine's first optimizer step really runs at
+        if record_writer.writes_records(engine):  # the record: the lr this engine's first optimizer step really runs at
             witness.watch(engine)
         scheduler = getattr(engine, "lr_scheduler", None)
         if scheduler is None or id(scheduler) in STATE.netted.ids:  # a scheduler seen before: one set lookup
@@ -178,9 +178,9 @@ def _step_once(scheduler: Any) -> None:
 def _mark_stepped(scheduler: Any, changes: list[schedules.Moved]) -> None:
     """The record: step 0 runs at the lrs of one step; before, at what the release would have used (the start lr
     that settle changed, if it did)."""
-    settled = marks.noted(scheduler)
-    before = settled.lrs_before if settled is not None and settled.what == marks.FIXED else None
-    marks.note(scheduler, marks.Step0(marks.FIXED, before or [old for _, old, _ in changes],
+    settled = record_writer.noted(scheduler)
+    before = settled.lrs_before if settled is not None and settled.what == record_writer.FIXED else None
+    record_writer.note(scheduler, record_writer.Step0(record_writer.FIXED, before or [old for _, old, _ in changes],
                                       [new for *_, new in changes], "step mode stepped it once before the first "
                                       "optimizer step: step k runs at the schedule's lr(k)"))
 

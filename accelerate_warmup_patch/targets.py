@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Mapping
 from types import MappingProxyType, ModuleType
 
-from . import backport, failures, installed, launcher, log, marks, nets, probe, releases, schedules, wrapping
+from . import backport, failures, installed, launcher, log, nets, probe, record_writer, releases, schedules, wrapping
 from .settings import Mode
 from .state import STATE
 
@@ -62,8 +62,9 @@ def _wrap_load_checkpoint(deepspeed: ModuleType, engine_class: type, version: st
 
 
 def _wrap_save_checkpoint(deepspeed: ModuleType, engine_class: type, version: str) -> None:
-    """The record beside each checkpoint, of what the patch did about step 0 (marks.py, docs/mark.md)."""
-    wrapping.wrap(engine_class, "save_checkpoint", marks.save_checkpoint_wrapper(vars(engine_class)["save_checkpoint"]))
+    """The record beside each checkpoint, of what the patch did about step 0 (record_writer.py, docs/mark.md)."""
+    wrapper = record_writer.save_checkpoint_wrapper(vars(engine_class)["save_checkpoint"])
+    wrapping.wrap(engine_class, "save_checkpoint", wrapper)
 
 
 def _wrap_optimizer_step(deepspeed: ModuleType, engine_class: type, version: str) -> None:

@@ -1,4 +1,4 @@
-"""What this process saw of its run's history, for the record (marks.py): the lr its first optimizer step really
+"""What this process saw of its run's history, for the record (record_writer.py): the lr its first optimizer step really
 ran at, and what each load_checkpoint carried in from the save it loaded.
 
 - **The first step, observed**: where the patch already sees an engine (the initialize net, and after each

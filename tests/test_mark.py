@@ -297,17 +297,17 @@ def test_a_save_at_global_step_0_after_steps_outside_the_engine_never_says_no_st
     import torch
     from deepspeed.runtime.lr_schedules import WarmupLR
 
-    from accelerate_warmup_patch import marks
+    from accelerate_warmup_patch import record_writer
 
     param = torch.nn.Parameter(torch.zeros(2))
     optimizer = torch.optim.Adam([param], lr=1e-3)
     scheduler = WarmupLR(optimizer, warmup_min_lr=0.0, warmup_max_lr=1e-3, warmup_num_steps=4)
     engine = types.SimpleNamespace(global_steps=0, optimizer=optimizer, lr_scheduler=scheduler)
-    assert marks.record(engine, "reset", str(tmp_path))["step0"]["how"] == "no-step-yet"  # nothing moved yet
+    assert record_writer.record(engine, "reset", str(tmp_path))["step0"]["how"] == "no-step-yet"  # nothing moved yet
     if moved == "optimizer":
         param.grad = torch.ones(2)
         optimizer.step()
     else:
         scheduler.step()
-    step0 = marks.record(engine, "reset", str(tmp_path))["step0"]
+    step0 = record_writer.record(engine, "reset", str(tmp_path))["step0"]
     assert step0["how"] == "unobserved", step0

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parents[2]))
 import audit_files as files
 from audit_files import audit, one
 
-from accelerate_warmup_patch import marks, record_data, torch_file, witness
+from accelerate_warmup_patch import record_data, record_writer, torch_file, witness
 from accelerate_warmup_patch.cli.audit import find
 from accelerate_warmup_patch.state import STATE
 
@@ -38,7 +38,7 @@ def observed(lrs: list[Any], expected: list[Any] | None, *, deepspeed: str = "0.
 
 def record2(tag: Path, step0: dict[str, Any], *, deepspeed: str = "0.15.2", global_steps: int = 6,
             mode: str = "reset", scheduler: str = "WarmupLR", bound: bool = True, **extra: Any) -> dict[str, Any]:
-    """Record 2 as marks.py writes it, bound to the model states in ``tag`` as they are now."""
+    """Record 2 as record_writer.py writes it, bound to the model states in ``tag`` as they are now."""
     return {"record": 2, "package": "accelerate-warmup-patch", "version": "0.6.0", "mode": mode,
             "deepspeed": deepspeed, "reference": "0.19.8", "global_steps": global_steps,
             "bound_to": record_data.bind(str(tag)) if bound else record_data.unbound("a checkpoint engine that "
@@ -411,11 +411,11 @@ def test_a_loaded_record_whose_lr_parses_to_inf_cannot_make_the_jobs_later_recor
     text = json.dumps(record2(folder, observed([0.0], [0.0]))).replace('"lrs": [0.0]', '"lrs": [1e999]')
     carried = _carried_after_loading(folder, text)
     assert carried.step0["how"] == "unrecorded" and "not one this release reads" in carried.step0["why"], carried
-    marks.write(str(folder), {"step0": carried.step0, "loads": carried.loads})  # the job's next record
+    record_writer.write(str(folder), {"step0": carried.step0, "loads": carried.loads})  # the job's next record
     # a string "inf" is how a record writes it: carried as written
     carried = _carried_after_loading(folder, record2(folder, observed(["inf"], [0.0])))
     assert carried.step0["lrs"] == ["inf"]
-    marks.write(str(folder), {"step0": carried.step0, "loads": carried.loads})
+    record_writer.write(str(folder), {"step0": carried.step0, "loads": carried.loads})
 
 
 def test_a_loaded_record_carries_only_the_shape_the_job_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -491,9 +491,9 @@ def test_a_records_temporary_file_is_named_as_partial_and_a_stale_one_is_removed
     fresh = tmp_path / ".accelerate_warmup_patch.ff.partial"
     for left in (stale, fresh):
         left.write_text("{")  # what a process killed between the write and the rename leaves
-    old = stale.stat().st_mtime - marks.STALE_PARTIAL_S - 60
+    old = stale.stat().st_mtime - record_writer.STALE_PARTIAL_S - 60
     os.utime(stale, (old, old))
-    marks.write(str(tmp_path), {"record": 2})
+    record_writer.write(str(tmp_path), {"record": 2})
     assert not stale.exists() and fresh.exists()  # a younger one may be another job's write in progress
     assert sorted(p.name for p in tmp_path.iterdir()) == [fresh.name, record_data.RECORD_FILE]
     assert record_data.PARTIAL.match(fresh.name) and not fresh.name.endswith(".json")
