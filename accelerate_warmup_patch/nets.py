@@ -8,8 +8,8 @@
   may have stepped it).
 - ``DeepSpeedEngine.load_checkpoint``: on a release that starts the class wrong, or in step mode, the
   optimizer's lr is aligned with the scheduler the checkpoint restored when the optimizer's lr was not.
-- For the record (record_writer.py, witness.py), where a net already sees an engine: a one-shot watch of its first
-  optimizer step, and after a load what the loaded save carries in.
+- For the record (record_writer.py), where a net already sees an engine: a one-shot watch of its first optimizer
+  step (step_watch.py), and after a load what the loaded save brings in (loaded_record.py).
 
 A net changes only a scheduler that this release builds otherwise than the newest (``backport.settle``
 asks what the build does: installed.py), and only through ``schedules.change``.
@@ -21,7 +21,18 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import backport, failures, installed, log, record_writer, releases, schedules, witness, wrapping
+from . import (
+    backport,
+    failures,
+    installed,
+    loaded_record,
+    log,
+    record_writer,
+    releases,
+    schedules,
+    step_watch,
+    wrapping,
+)
 from .settings import ENV_MODE, Mode
 from .state import STATE
 
@@ -65,8 +76,8 @@ def load_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
                                 consequence="the lr after this load is left as DeepSpeed set it")
             try:  # after the align: the watch sees the lr the next step really runs at
                 if record_writer.writes_records(instance):
-                    witness.loaded(instance, _first_of(result), result[1] if isinstance(result, tuple) and
-                                   len(result) > 1 else None)
+                    loaded_record.loaded(instance, _first_of(result), result[1] if isinstance(result, tuple) and
+                                         len(result) > 1 else None)
             except Exception as error:
                 failures.report("carry", what="reading the record of the loaded checkpoint", error=error,
                                 consequence="the records this process writes say step 0's history is unknown")
@@ -84,7 +95,7 @@ def prepare_first_step(engine: Any, when: str = "before the first optimizer step
     as the constructor's fix would have. Step mode's step waits for the optimizer step itself."""
     try:
         if record_writer.writes_records(engine):  # the record: the lr this engine's first optimizer step really runs at
-            witness.watch(engine)
+            step_watch.watch(engine)
         scheduler = getattr(engine, "lr_scheduler", None)
         if scheduler is None or id(scheduler) in STATE.netted.ids:  # a scheduler seen before: one set lookup
             return

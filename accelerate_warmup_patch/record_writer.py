@@ -1,11 +1,12 @@
 """The record a patched run leaves beside each checkpoint: how the run's step 0 really ran, bound to the save.
 
 Where the patch already acts (``backport.settle``, step mode's one step, the load_checkpoint net), it notes what
-it did about optimizer step 0 of that scheduler (``note``); ``witness`` observes the lr the first optimizer step
-really ran at, and carries in what a loaded save's record said. After ``DeepSpeedEngine.save_checkpoint`` returns,
-while the patch is armed, global rank 0 writes record 2 (docs/mark.md) as plain JSON into the tag folder,
-``<save_dir>/<tag>/accelerate_warmup_patch.json``, bound to the model-states file beside it, so that ``audit`` can
-tell a run the patch fixed from one it only warned about, or one a restore or an unpatched process hurt.
+it did about optimizer step 0 of that scheduler (``note``); ``step_watch`` observes the lr the first optimizer step
+really ran at, and ``loaded_record`` reads what a loaded save's record said. After
+``DeepSpeedEngine.save_checkpoint`` returns, while the patch is armed, global rank 0 writes record 2 (docs/mark.md)
+as plain JSON into the tag folder, ``<save_dir>/<tag>/accelerate_warmup_patch.json``, bound to the model-states
+file beside it, so that ``audit`` can tell a run the patch fixed from one it only warned about, or one a restore or
+an unpatched process hurt.
 
 A file of its own, because each other place changes what a user sees: a key of the model-states file comes back
 in the client_state that load_checkpoint returns, and a key in the scheduler's state is loaded into the scheduler.
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import failures, newest, record_data, releases, schedules, settings, witness, wrapping
+from . import failures, loaded_record, newest, record_data, releases, schedules, settings, step_watch, wrapping
 from .state import STATE
 
 FILE_NAME = record_data.RECORD_FILE
@@ -107,7 +108,7 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         mode = STATE.mode
         if mode is not None and instance is not None:
             try:
-                witness.unhook_fired(instance)  # outside torch's loop over the hooks, where it can go
+                step_watch.unhook_fired(instance)  # outside torch's loop over the hooks, where it can go
                 if not writes_records(instance):
                     return result
                 given = arguments(instance, args, kwargs)
@@ -160,7 +161,7 @@ def record(engine: Any, mode: str, folder: str) -> dict[str, Any]:
     """Record 2 (docs/mark.md): record 1's fields, the model-states file it is bound to, this process's first
     optimizer step as observed, the run's step 0 as far as this process knows it, and the loads behind it."""
     scheduler = getattr(engine, "lr_scheduler", None)
-    carried = witness.carried(engine)
+    carried = loaded_record.carried(engine)
     return {
         "record": RECORD,
         "package": record_data.PACKAGE,
@@ -171,7 +172,7 @@ def record(engine: Any, mode: str, folder: str) -> dict[str, Any]:
         "global_steps": int(engine.global_steps),
         "bound_to": _bound_to(engine, folder),
         "scheduler": _scheduler(scheduler),
-        "first_step": witness.first_step(engine),
+        "first_step": step_watch.first_step(engine),
         "step0": _step0(engine, scheduler, mode, carried),
         "loads": carried.loads if carried is not None else [],
     }
@@ -226,7 +227,7 @@ def _encoded(values: list[float] | None) -> list[float | str] | None:
 _CLAIMS_THE_REFERENCE = (FIXED, AS_RELEASE)
 
 
-def _step0(engine: Any, scheduler: Any, mode: str, carried: witness.Carried | None) -> dict[str, Any]:
+def _step0(engine: Any, scheduler: Any, mode: str, carried: loaded_record.Carried | None) -> dict[str, Any]:
     """The run's step 0 as this process knows it: carried from the save it loaded when that save had stepped,
     else what this process observed at its first optimizer step (the run started here)."""
     if carried is not None and carried.global_steps != 0:
@@ -234,7 +235,7 @@ def _step0(engine: Any, scheduler: Any, mode: str, carried: witness.Carried | No
     version = wrapping.deepspeed_version()
     name = schedules.class_name(scheduler) if scheduler is not None else None
     base = {"deepspeed": version, "scheduler": name, "mode": mode, "patch": _package_version()}
-    first = witness.first_step(engine)
+    first = step_watch.first_step(engine)
     if first is None:
         if int(engine.global_steps) == 0 and not _stepped_outside_the_engine(engine, scheduler):
             return {"how": record_data.NO_STEP_YET, **base}

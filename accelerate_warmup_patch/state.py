@@ -103,9 +103,9 @@ class State:
     # id(scheduler) -> what the patch did about its optimizer step 0 (record_writer.Step0), until the scheduler
     # dies: the record each checkpoint's save writes beside it (record_writer.py)
     step0: dict[int, Any] = field(default_factory=dict)
-    # id(engine) -> its watch of this process's first optimizer step (witness.Watch), until the engine dies
+    # id(engine) -> its watch of this process's first optimizer step (step_watch.Watch), until the engine dies
     watches: dict[int, Any] = field(default_factory=dict)
-    # id(engine) -> what its last load_checkpoint carried into this process (witness.Carried), until it dies
+    # id(engine) -> what its last load_checkpoint carried into this process (loaded_record.Carried), until it dies
     carried: dict[int, Any] = field(default_factory=dict)
     # the keys of the warnings given, each once per process (log.py)
     warned: set[str] = field(default_factory=set)

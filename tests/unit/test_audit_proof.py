@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parents[2]))
 import audit_files as files
 from audit_files import audit, one
 
-from accelerate_warmup_patch import record_data, record_writer, torch_file, witness
+from accelerate_warmup_patch import loaded_record, record_data, record_writer, torch_file
 from accelerate_warmup_patch.cli.audit import find
 from accelerate_warmup_patch.state import STATE
 
@@ -342,10 +342,10 @@ def test_a_record_with_non_finite_lrs_is_read_and_reported_as_such(tmp_path: Pat
     assert "step 0 ran at nan (observed by" in text, text
 
 
-# The runtime's side of the chain (witness.loaded), with a stand-in engine: no torch here ---------------------
+# The runtime's side of the chain (loaded_record.loaded), with a stand-in engine: no torch here ---------------------
 
 class _Engine:
-    """What witness.loaded asks of an engine after a load: its step count and an optimizer (none here)."""
+    """What loaded_record.loaded asks of an engine after a load: its step count and an optimizer (none here)."""
 
     optimizer = None
 
@@ -361,8 +361,8 @@ def test_a_load_carries_the_bound_records_step0_and_keeps_the_chain_short(tmp_pa
                          loads=[{"tag": f"t{i}", "deepspeed": "0.15.2", "global_steps": i, "record": 2, "bound": True}
                                 for i in range(20)])
     engine = _Engine(6)
-    witness.loaded(engine, str(folder / "mp_rank_00_model_states.pt"), {"ds_version": "0.15.2"})
-    carried = witness.carried(engine)
+    loaded_record.loaded(engine, str(folder / "mp_rank_00_model_states.pt"), {"ds_version": "0.15.2"})
+    carried = loaded_record.carried(engine)
     assert carried is not None and carried.step0["how"] == "observed" and carried.step0["lrs"] == [0.0]
     assert len(carried.loads) == record_data.MAX_LOADS and carried.loads[0]["tag"] == "global_step6"
     assert carried.loads[0]["bound"] is True
@@ -385,19 +385,19 @@ def test_a_load_of_a_save_without_its_own_record_says_step_0_ran_unrecorded(
         text = json.dumps(record2(folder, observed([0.0], [0.0]))).replace('"lrs": [0.0]', '"lrs": [NaN]')
         (folder / record_data.RECORD_FILE).write_text(text)
     engine = _Engine(6)
-    witness.loaded(engine, str(folder / "mp_rank_00_model_states.pt"), {"ds_version": "0.15.2"})
-    carried = witness.carried(engine)
+    loaded_record.loaded(engine, str(folder / "mp_rank_00_model_states.pt"), {"ds_version": "0.15.2"})
+    carried = loaded_record.carried(engine)
     assert carried is not None and carried.step0["how"] == how, carried
     assert carried.step0["deepspeed"] == "0.15.2" and carried.step0["global_steps"] == 6
 
 
-def _carried_after_loading(folder: Path, record: dict[str, Any] | str) -> witness.Carried:
+def _carried_after_loading(folder: Path, record: dict[str, Any] | str) -> loaded_record.Carried:
     """What a stand-in engine carries after loading ``folder``, whose record is ``record`` (a dict, or raw text)."""
     text = record if isinstance(record, str) else json.dumps(record)
     (folder / record_data.RECORD_FILE).write_text(text)
     engine = _Engine(6)
-    witness.loaded(engine, str(folder / "mp_rank_00_model_states.pt"), {"ds_version": "0.15.2"})
-    carried = witness.carried(engine)
+    loaded_record.loaded(engine, str(folder / "mp_rank_00_model_states.pt"), {"ds_version": "0.15.2"})
+    carried = loaded_record.carried(engine)
     assert carried is not None
     return carried
 
@@ -682,8 +682,8 @@ def test_a_resume_from_a_universal_checkpoint_carries_the_step_0_of_the_save_it_
     universal = _universal(tmp_path / "run")
     engine = _Engine(6)
     states = next(universal.glob("*model_states.pt"))
-    witness.loaded(engine, str(states), {"ds_version": "0.15.2"})
-    carried = witness.carried(engine)
+    loaded_record.loaded(engine, str(states), {"ds_version": "0.15.2"})
+    carried = loaded_record.carried(engine)
     assert carried is not None and carried.step0["how"] == how, carried
     if zero3:
         assert "hold no weights" in carried.step0["why"], carried
