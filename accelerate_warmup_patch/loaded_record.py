@@ -16,21 +16,21 @@ from .state import STATE
 
 
 @dataclass
-class Carried:
-    """What the last load_checkpoint carried into this process: the run's step 0 and the loads before."""
+class LoadedHistory:
+    """What the last load_checkpoint brought into this process: the run's step 0 and the loads before."""
 
     global_steps: int | None  # the engine's global_steps after the load (0: the run's step 0 is still to come)
     step0: dict[str, Any]  # the loaded record's step0, or why there is none
     loads: list[dict[str, Any]]  # this load and the loads the loaded record listed, newest first, bounded
 
 
-def carried(engine: Any) -> Carried | None:
-    found = STATE.carried.get(id(engine))
-    return found if isinstance(found, Carried) else None
+def history(engine: Any) -> LoadedHistory | None:
+    found = STATE.loaded.get(id(engine))
+    return found if isinstance(found, LoadedHistory) else None
 
 
 def loaded(engine: Any, load_path: Any, client_state: Any) -> None:
-    """After load_checkpoint returned ``(load_path, client_state)``: what the save carries into this process."""
+    """After load_checkpoint returned ``(load_path, client_state)``: what the save brings into this process."""
     if not isinstance(load_path, str):
         return
     folder = os.path.dirname(load_path)
@@ -40,7 +40,7 @@ def loaded(engine: Any, load_path: Any, client_state: Any) -> None:
     hop: dict[str, Any] = {"tag": os.path.basename(folder), "deepspeed": version, "global_steps": steps,
                            "scheduler": record_data.scheduler_type(state.get("ds_config")), "record": None}
     story, earlier = _story(folder, hop)
-    STATE.carried[id(engine)] = Carried(steps, story, [hop, *earlier][:record_data.MAX_LOADS])
+    STATE.loaded[id(engine)] = LoadedHistory(steps, story, [hop, *earlier][:record_data.MAX_LOADS])
     step_watch.watch(engine, again=True)
 
 
@@ -127,7 +127,7 @@ def _read_record(path: str) -> Any:
 
 def _valid_record_2(raw: Any) -> dict[str, Any] | None:
     """A record 2's step0 and loads, where the whole record is one the audit accepts (record_data.valid_record),
-    rebuilt in the shape this process writes them (record_data.written_step0): a job carries exactly what the audit
+    rebuilt in the shape this process writes them (record_data.written_step0): a job hands on exactly what the audit
     would read, and nothing that could make its own records unwritable or large. None where it is not."""
     if not isinstance(raw, dict) or raw.get("record") != record_data.RECORD:
         return None

@@ -79,7 +79,7 @@ def load_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
                     loaded_record.loaded(instance, _first_of(result), result[1] if isinstance(result, tuple) and
                                          len(result) > 1 else None)
             except Exception as error:
-                failures.report("carry", what="reading the record of the loaded checkpoint", error=error,
+                failures.report("loaded-record", what="reading the record of the loaded checkpoint", error=error,
                                 consequence="the records this process writes say step 0's history is unknown")
         return result
 

@@ -223,7 +223,7 @@ def same_lrs(a: list[float], b: list[float]) -> bool:
 
 
 # The shape a record is written in, for what is read back ----------------------------------------------------
-# A job carries the step0 and loads of the record it resumed from into every record it writes later; the audit reads
+# A job hands on the step0 and loads of the record it resumed from into every record it writes later; the audit reads
 # them. Both rebuild them here, key by key, to the shape record_writer.py writes: only these keys, each a bounded
 # scalar or a list of lrs, so that nothing read back (an lr of 1e999, a value nested 900 deep, a huge string)
 # reaches a later record or makes it unwritable.
@@ -312,7 +312,7 @@ def written_loads(loads: Any) -> list[dict[str, Any]]:
 
 def valid_record(raw: Any) -> dict[str, Any]:
     """Record 1 or 2 with every field of the right type, its lrs decoded: the one check of a record, by the job
-    before it carries a loaded record's step0 and loads, and by the audit; raises ValueError naming the first field
+    before it hands on a loaded record's step0 and loads, and by the audit; raises ValueError naming the first field
     that is not (a value nested too deep to write as text among them)."""
     try:
         return _valid_record(raw)
@@ -400,7 +400,7 @@ def _valid_first_step(first: Any) -> dict[str, Any] | None:
 
 def _valid_step0(step0: Any) -> dict[str, Any]:
     """The run's step 0 as the record tells it (record_data's ``how``s), in the shape a record writes it and as the
-    job that resumes from it carries it (written_step0), every key present and the lrs decoded."""
+    job that resumes from it hands it on (written_step0), every key present and the lrs decoded."""
     shaped = written_step0(step0)
     valid = {key: shaped.get(key) for key in STEP0_KEYS}
     valid["why"] = str(valid["why"] or "")

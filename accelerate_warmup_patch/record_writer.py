@@ -161,7 +161,7 @@ def record(engine: Any, mode: str, folder: str) -> dict[str, Any]:
     """Record 2 (docs/mark.md): record 1's fields, the model-states file it is bound to, this process's first
     optimizer step as observed, the run's step 0 as far as this process knows it, and the loads behind it."""
     scheduler = getattr(engine, "lr_scheduler", None)
-    carried = loaded_record.carried(engine)
+    history = loaded_record.history(engine)
     return {
         "record": RECORD,
         "package": record_data.PACKAGE,
@@ -173,8 +173,8 @@ def record(engine: Any, mode: str, folder: str) -> dict[str, Any]:
         "bound_to": _bound_to(engine, folder),
         "scheduler": _scheduler(scheduler),
         "first_step": step_watch.first_step(engine),
-        "step0": _step0(engine, scheduler, mode, carried),
-        "loads": carried.loads if carried is not None else [],
+        "step0": _step0(engine, scheduler, mode, history),
+        "loads": history.loads if history is not None else [],
     }
 
 
@@ -227,11 +227,11 @@ def _encoded(values: list[float] | None) -> list[float | str] | None:
 _CLAIMS_THE_REFERENCE = (FIXED, AS_RELEASE)
 
 
-def _step0(engine: Any, scheduler: Any, mode: str, carried: loaded_record.Carried | None) -> dict[str, Any]:
-    """The run's step 0 as this process knows it: carried from the save it loaded when that save had stepped,
+def _step0(engine: Any, scheduler: Any, mode: str, history: loaded_record.LoadedHistory | None) -> dict[str, Any]:
+    """The run's step 0 as this process knows it: handed on from the save it loaded when that save had stepped,
     else what this process observed at its first optimizer step (the run started here)."""
-    if carried is not None and carried.global_steps != 0:
-        return carried.step0
+    if history is not None and history.global_steps != 0:
+        return history.step0
     version = wrapping.deepspeed_version()
     name = schedules.class_name(scheduler) if scheduler is not None else None
     base = {"deepspeed": version, "scheduler": name, "mode": mode, "patch": _package_version()}

@@ -105,8 +105,9 @@ class State:
     step0: dict[int, Any] = field(default_factory=dict)
     # id(engine) -> its watch of this process's first optimizer step (step_watch.Watch), until the engine dies
     watches: dict[int, Any] = field(default_factory=dict)
-    # id(engine) -> what its last load_checkpoint carried into this process (loaded_record.Carried), until it dies
-    carried: dict[int, Any] = field(default_factory=dict)
+    # id(engine) -> what its last load_checkpoint brought into this process (loaded_record.LoadedHistory), until it
+    # dies
+    loaded: dict[int, Any] = field(default_factory=dict)
     # the keys of the warnings given, each once per process (log.py)
     warned: set[str] = field(default_factory=set)
     # ``dry.on``: this thread runs warn mode's dry run of a change (schedules.change)

@@ -41,7 +41,7 @@ def watch(engine: Any, *, again: bool = False) -> None:
     else:
         try:
             weakref.finalize(engine, STATE.watches.pop, key, None)
-            weakref.finalize(engine, STATE.carried.pop, key, None)
+            weakref.finalize(engine, STATE.loaded.pop, key, None)
         except TypeError:
             return  # an engine without __weakref__: its id could be reused while recorded
     STATE.watches[key] = _hook(engine)

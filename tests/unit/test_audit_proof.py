@@ -1,4 +1,4 @@
-"""A "not affected" that is proof (#41): record 2 bound to the save it sits beside, the run's step 0 carried along
+"""A "not affected" that is proof (#41): record 2 bound to the save it sits beside, the run's step 0 handed along
 its chain, one verdict from all the facts. Synthetic checkpoints written with the standard library alone
 (tests/unit/audit_files.py): DeepSpeed 0.15.2 runs WarmupLR's step 0 at the optimizer's lr 0.001, 0.19.8 at
 warmup_min_lr 0.0.
@@ -355,24 +355,24 @@ class _Engine:
 
 def test_a_load_carries_the_bound_records_step0_and_keeps_the_chain_short(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(STATE, "carried", {})
+    monkeypatch.setattr(STATE, "loaded", {})
     monkeypatch.setattr(STATE, "watches", {})
     folder = patched_run(tmp_path / "run", observed([0.0], [0.0]),
                          loads=[{"tag": f"t{i}", "deepspeed": "0.15.2", "global_steps": i, "record": 2, "bound": True}
                                 for i in range(20)])
     engine = _Engine(6)
     loaded_record.loaded(engine, str(folder / "mp_rank_00_model_states.pt"), {"ds_version": "0.15.2"})
-    carried = loaded_record.carried(engine)
-    assert carried is not None and carried.step0["how"] == "observed" and carried.step0["lrs"] == [0.0]
-    assert len(carried.loads) == record_data.MAX_LOADS and carried.loads[0]["tag"] == "global_step6"
-    assert carried.loads[0]["bound"] is True
+    history = loaded_record.history(engine)
+    assert history is not None and history.step0["how"] == "observed" and history.step0["lrs"] == [0.0]
+    assert len(history.loads) == record_data.MAX_LOADS and history.loads[0]["tag"] == "global_step6"
+    assert history.loads[0]["bound"] is True
 
 
 @pytest.mark.parametrize(("what", "how"), [("none", "unrecorded"), ("copied", "unrecorded"),
                                            ("record 1", "record-1"), ("NaN literal", "unrecorded")])
 def test_a_load_of_a_save_without_its_own_record_says_step_0_ran_unrecorded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str, how: str) -> None:
-    monkeypatch.setattr(STATE, "carried", {})
+    monkeypatch.setattr(STATE, "loaded", {})
     monkeypatch.setattr(STATE, "watches", {})
     files.write_run(tmp_path / "run")
     folder = tmp_path / "run" / "global_step6"
@@ -381,47 +381,47 @@ def test_a_load_of_a_save_without_its_own_record_says_step_0_ran_unrecorded(
         shutil.copy(tmp_path / "other" / "global_step6" / record_data.RECORD_FILE, folder)
     elif what == "record 1":
         write_record(folder, {"record": 1, "package": "accelerate-warmup-patch", "scheduler": {"step0": "fixed"}})
-    elif what == "NaN literal":  # not JSON: carried on, it would make the next record unwritable
+    elif what == "NaN literal":  # not JSON: handed on, it would make the next record unwritable
         text = json.dumps(record2(folder, observed([0.0], [0.0]))).replace('"lrs": [0.0]', '"lrs": [NaN]')
         (folder / record_data.RECORD_FILE).write_text(text)
     engine = _Engine(6)
     loaded_record.loaded(engine, str(folder / "mp_rank_00_model_states.pt"), {"ds_version": "0.15.2"})
-    carried = loaded_record.carried(engine)
-    assert carried is not None and carried.step0["how"] == how, carried
-    assert carried.step0["deepspeed"] == "0.15.2" and carried.step0["global_steps"] == 6
+    history = loaded_record.history(engine)
+    assert history is not None and history.step0["how"] == how, history
+    assert history.step0["deepspeed"] == "0.15.2" and history.step0["global_steps"] == 6
 
 
-def _carried_after_loading(folder: Path, record: dict[str, Any] | str) -> loaded_record.Carried:
-    """What a stand-in engine carries after loading ``folder``, whose record is ``record`` (a dict, or raw text)."""
+def _history_after_loading(folder: Path, record: dict[str, Any] | str) -> loaded_record.LoadedHistory:
+    """What a stand-in engine holds after loading ``folder``, whose record is ``record`` (a dict, or raw text)."""
     text = record if isinstance(record, str) else json.dumps(record)
     (folder / record_data.RECORD_FILE).write_text(text)
     engine = _Engine(6)
     loaded_record.loaded(engine, str(folder / "mp_rank_00_model_states.pt"), {"ds_version": "0.15.2"})
-    carried = loaded_record.carried(engine)
-    assert carried is not None
-    return carried
+    history = loaded_record.history(engine)
+    assert history is not None
+    return history
 
 
 def test_a_loaded_record_whose_lr_parses_to_inf_cannot_make_the_jobs_later_records_unwritable(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # 1e999 is a JSON number that parses to inf: carried on, json.dumps(allow_nan=False) of every later record fails
-    monkeypatch.setattr(STATE, "carried", {})
+    # 1e999 is a JSON number that parses to inf: handed on, json.dumps(allow_nan=False) of every later record fails
+    monkeypatch.setattr(STATE, "loaded", {})
     monkeypatch.setattr(STATE, "watches", {})
     folder = patched_run(tmp_path / "run", observed([0.0], [0.0]))
     text = json.dumps(record2(folder, observed([0.0], [0.0]))).replace('"lrs": [0.0]', '"lrs": [1e999]')
-    carried = _carried_after_loading(folder, text)
-    assert carried.step0["how"] == "unrecorded" and "not one this release reads" in carried.step0["why"], carried
-    record_writer.write(str(folder), {"step0": carried.step0, "loads": carried.loads})  # the job's next record
-    # a string "inf" is how a record writes it: carried as written
-    carried = _carried_after_loading(folder, record2(folder, observed(["inf"], [0.0])))
-    assert carried.step0["lrs"] == ["inf"]
-    record_writer.write(str(folder), {"step0": carried.step0, "loads": carried.loads})
+    history = _history_after_loading(folder, text)
+    assert history.step0["how"] == "unrecorded" and "not one this release reads" in history.step0["why"], history
+    record_writer.write(str(folder), {"step0": history.step0, "loads": history.loads})  # the job's next record
+    # a string "inf" is how a record writes it: handed on as written
+    history = _history_after_loading(folder, record2(folder, observed(["inf"], [0.0])))
+    assert history.step0["lrs"] == ["inf"]
+    record_writer.write(str(folder), {"step0": history.step0, "loads": history.loads})
 
 
 def test_a_loaded_record_carries_only_the_shape_the_job_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # a value nested 900 deep (each check of 0.6.0 passed) made every later record ~6.5 MB; a long string, a huge
-    # int and keys of its own are not carried either
-    monkeypatch.setattr(STATE, "carried", {})
+    # int and keys of its own are not handed on either
+    monkeypatch.setattr(STATE, "loaded", {})
     monkeypatch.setattr(STATE, "watches", {})
     folder = patched_run(tmp_path / "run", observed([0.0], [0.0]))
     deep: Any = []
@@ -430,17 +430,17 @@ def test_a_loaded_record_carries_only_the_shape_the_job_writes(tmp_path: Path, m
     step0 = {**observed([0.0], [0.0]), "extra": deep, "why": "w" * 20_000, "mode": deep}
     hops = [{"tag": "t", "deepspeed": "0.15.2", "global_steps": 1, "record": 2, "bound": True}] * 20
     hops[1] = {"tag": deep, "deepspeed": "0.15.2", "global_steps": 10**25, "record": 2, "bound": True, "x": deep}
-    carried = _carried_after_loading(folder, record2(folder, step0, loads=hops))
-    assert carried.step0["how"] == "observed" and carried.step0["lrs"] == [0.0], carried
-    assert set(carried.step0) <= set(record_data.STEP0_KEYS) and carried.step0["mode"] is None
-    assert len(carried.step0["why"]) == 1000
-    assert len(carried.loads) == record_data.MAX_LOADS
-    assert carried.loads[2] == {"tag": None, "deepspeed": "0.15.2", "global_steps": None, "record": 2, "bound": True}
-    written = json.dumps({"step0": carried.step0, "loads": carried.loads})
+    history = _history_after_loading(folder, record2(folder, step0, loads=hops))
+    assert history.step0["how"] == "observed" and history.step0["lrs"] == [0.0], history
+    assert set(history.step0) <= set(record_data.STEP0_KEYS) and history.step0["mode"] is None
+    assert len(history.step0["why"]) == 1000
+    assert len(history.loads) == record_data.MAX_LOADS
+    assert history.loads[2] == {"tag": None, "deepspeed": "0.15.2", "global_steps": None, "record": 2, "bound": True}
+    written = json.dumps({"step0": history.step0, "loads": history.loads})
     assert len(written) < 4096, len(written)
 
 
-# One record 2 and what is changed in it: whether the job carries it and the audit reads it must agree (#48)
+# One record 2 and what is changed in it: whether the job hands it on and the audit reads it must agree (#48)
 _CORPUS: dict[str, tuple[dict[str, Any], bool]] = {
     "as written": ({}, True),
     "no scheduler": ({"scheduler": None}, True),
@@ -472,17 +472,17 @@ _CORPUS: dict[str, tuple[dict[str, Any], bool]] = {
 @pytest.mark.parametrize("case", sorted(_CORPUS))
 def test_a_record_the_job_carries_is_exactly_a_record_the_audit_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                       case: str) -> None:
-    monkeypatch.setattr(STATE, "carried", {})
+    monkeypatch.setattr(STATE, "loaded", {})
     monkeypatch.setattr(STATE, "watches", {})
     change, valid = _CORPUS[case]
     folder = patched_run(tmp_path / "run", observed([0.0], [0.0]))
     record = {**json.loads((folder / record_data.RECORD_FILE).read_text()), **change}
-    carried = _carried_after_loading(folder, record)  # the job, at a load
+    history = _history_after_loading(folder, record)  # the job, at a load
     _, report = one(tmp_path / "run")  # the audit
     assert (report["record"] is not None) is valid, report
-    assert (carried.step0["how"] == record["step0"]["how"]) is valid, carried
+    assert (history.step0["how"] == record["step0"]["how"]) is valid, history
     if not valid:
-        assert "not one this release reads" in carried.step0["why"], carried
+        assert "not one this release reads" in history.step0["why"], history
         assert any("not a record this audit reads" in note for note in report["notes"]), report
 
 
@@ -672,7 +672,7 @@ def test_a_universal_checkpoint_of_another_runs_save_is_not_vouched_for(tmp_path
 @pytest.mark.parametrize(("zero3", "how"), [(False, "observed"), (True, "unbound")])
 def test_a_resume_from_a_universal_checkpoint_carries_the_step_0_of_the_save_it_came_from(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zero3: bool, how: str) -> None:
-    monkeypatch.setattr(STATE, "carried", {})
+    monkeypatch.setattr(STATE, "loaded", {})
     monkeypatch.setattr(STATE, "watches", {})
     if zero3:
         tag = _zero3_save(tmp_path / "run", 1e-3)
@@ -683,9 +683,9 @@ def test_a_resume_from_a_universal_checkpoint_carries_the_step_0_of_the_save_it_
     engine = _Engine(6)
     states = next(universal.glob("*model_states.pt"))
     loaded_record.loaded(engine, str(states), {"ds_version": "0.15.2"})
-    carried = loaded_record.carried(engine)
-    assert carried is not None and carried.step0["how"] == how, carried
+    history = loaded_record.history(engine)
+    assert history is not None and history.step0["how"] == how, history
     if zero3:
-        assert "hold no weights" in carried.step0["why"], carried
+        assert "hold no weights" in history.step0["why"], history
     else:
-        assert carried.step0["lrs"] == [0.0]
+        assert history.step0["lrs"] == [0.0]
