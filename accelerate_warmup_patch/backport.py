@@ -90,7 +90,7 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
         action=lambda: _build_as_newest(scheduler, name, construction, version, peak_known),
         consequence="that scheduler runs exactly as unpatched (this warning is not repeated)", all_groups=True)
     if changed is None:  # it failed, was undone and reported
-        record_writer.note(scheduler, record_writer.Step0(
+        record_writer.note(scheduler, record_writer.Action(
             record_writer.LEFT, record_writer.group_lrs(scheduler), None, "the patch failed to start "
             f"it as DeepSpeed {releases.BEHAVIOR_REFERENCE} does and left it as DeepSpeed {version} made it"))
         return
@@ -102,7 +102,7 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
     if warn and (moved or new_peak):
         STATE.would_fix += 1
         _warn_instead(scheduler, name, version, changes, new_peak, peak_unknown)
-        record_writer.note(scheduler, record_writer.Step0(
+        record_writer.note(scheduler, record_writer.Action(
             record_writer.WARNED, before, after, f"warn mode: reset would have set {_what(moved, new_peak)} as "
             f"DeepSpeed {releases.BEHAVIOR_REFERENCE} does ({_why(name, version)}); nothing was changed"))
         return
@@ -112,15 +112,15 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
         log.info("%s: %s %s (%s)", name, schedules.said(moved), when, _why(name, version))
     if moved or new_peak:
         STATE.fixes += 1
-        record_writer.note(scheduler, record_writer.Step0(
+        record_writer.note(scheduler, record_writer.Action(
             record_writer.FIXED, before, after, f"the patch set {_what(moved, new_peak)} as "
             f"DeepSpeed {releases.BEHAVIOR_REFERENCE} does ({_why(name, version)})"))
     elif peak_unknown is not None:
-        record_writer.note(scheduler, record_writer.Step0(
+        record_writer.note(scheduler, record_writer.Action(
             record_writer.LEFT, after, None, f"its default peak lr is left as DeepSpeed {version} set it "
             f"({peak_unknown})"))
     else:
-        record_writer.note(scheduler, record_writer.Step0(
+        record_writer.note(scheduler, record_writer.Action(
             record_writer.AS_RELEASE, after, after, f"its start already agreed with DeepSpeed "
             f"{releases.BEHAVIOR_REFERENCE}'s: nothing to change"))
 
@@ -130,13 +130,13 @@ def _what(moved: list[schedules.Moved], peak: Peak | None) -> str:
     return " and ".join(part for part, done in (("its start lr", moved), ("its default peak lr", peak)) if done)
 
 
-def _as_release(scheduler: Any, name: str, version: str) -> record_writer.Step0:
+def _as_release(scheduler: Any, name: str, version: str) -> record_writer.Action:
     """A scheduler of a class this release builds as the newest does, as the patch first found it."""
     if not schedules.is_fresh(scheduler):
         return record_writer.earlier_process(scheduler, "it had stepped or was restored when the patch saw it")
     now = record_writer.group_lrs(scheduler)
-    return record_writer.Step0(record_writer.AS_RELEASE, now, now, f"DeepSpeed {version} starts {name} as DeepSpeed "
-                       f"{releases.BEHAVIOR_REFERENCE} does: nothing to change")
+    return record_writer.Action(record_writer.AS_RELEASE, now, now, f"DeepSpeed {version} starts {name} as "
+                                f"DeepSpeed {releases.BEHAVIOR_REFERENCE} does: nothing to change")
 
 
 def _warn_instead(scheduler: Any, name: str, version: str, changes: list[schedules.Moved], peak: Peak | None,

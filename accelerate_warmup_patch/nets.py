@@ -191,9 +191,9 @@ def _mark_stepped(scheduler: Any, changes: list[schedules.Moved]) -> None:
     that settle changed, if it did)."""
     settled = record_writer.noted(scheduler)
     before = settled.lrs_before if settled is not None and settled.what == record_writer.FIXED else None
-    record_writer.note(scheduler, record_writer.Step0(record_writer.FIXED, before or [old for _, old, _ in changes],
-                                      [new for *_, new in changes], "step mode stepped it once before the first "
-                                      "optimizer step: step k runs at the schedule's lr(k)"))
+    record_writer.note(scheduler, record_writer.Action(
+        record_writer.FIXED, before or [old for _, old, _ in changes], [new for *_, new in changes],
+        "step mode stepped it once before the first optimizer step: step k runs at the schedule's lr(k)"))
 
 
 def align_after_load(engine: Any) -> None:

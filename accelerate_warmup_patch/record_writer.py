@@ -37,8 +37,9 @@ EARLIER_PROCESS, LEFT, UNKNOWN = record_data.EARLIER_PROCESS, record_data.LEFT, 
 
 
 @dataclass(frozen=True)
-class Step0:
-    """What the patch did about one scheduler's optimizer step 0, with each group's lr before and after."""
+class Action:
+    """What the patch did about one scheduler's optimizer step 0 (the record's ``scheduler.step0``), with each
+    group's lr before and after."""
 
     what: str
     lrs_before: list[float] | None
@@ -46,27 +47,27 @@ class Step0:
     why: str
 
 
-def note(scheduler: object, step0: Step0, first_only: bool = False) -> None:
-    """Remember ``step0`` for ``scheduler`` until it dies (``first_only``: unless something is noted already).
+def note(scheduler: object, action: Action, first_only: bool = False) -> None:
+    """Remember ``action`` for ``scheduler`` until it dies (``first_only``: unless something is noted already).
 
     An object without ``__weakref__`` is not remembered: its id could be reused by a newer object."""
     key = id(scheduler)
-    notes = STATE.step0
+    notes = STATE.actions
     if key in notes:
         if not first_only:
-            notes[key] = step0
+            notes[key] = action
         return
     try:
         weakref.finalize(scheduler, notes.pop, key, None)
     except TypeError:
         return
-    notes[key] = step0
+    notes[key] = action
 
 
-def noted(scheduler: object) -> Step0 | None:
+def noted(scheduler: object) -> Action | None:
     """What was noted for ``scheduler``; None when the patch never saw it."""
-    found = STATE.step0.get(id(scheduler))
-    return found if isinstance(found, Step0) else None
+    found = STATE.actions.get(id(scheduler))
+    return found if isinstance(found, Action) else None
 
 
 def lrs(values: list[Any]) -> list[float]:
@@ -89,10 +90,10 @@ def resumed(engine: Any) -> None:
         note(scheduler, earlier_process(scheduler, "load_checkpoint restored it"))
 
 
-def earlier_process(scheduler: Any, how: str) -> Step0:
+def earlier_process(scheduler: Any, how: str) -> Action:
     """A scheduler past step 0 when the patch saw it (``how``): its step 0 ran in an earlier process."""
-    return Step0(EARLIER_PROCESS, None, None, f"{how} at iteration {getattr(scheduler, 'last_batch_iteration', '?')}: "
-                 "its optimizer step 0 ran in an earlier process")
+    return Action(EARLIER_PROCESS, None, None, f"{how} at iteration {getattr(scheduler, 'last_batch_iteration', '?')}: "
+                  "its optimizer step 0 ran in an earlier process")
 
 
 # The save ------------------------------------------------------------------------------------------------
@@ -205,17 +206,17 @@ def _scheduler(scheduler: Any) -> dict[str, Any] | None:
         return None
     name = schedules.class_name(scheduler)
     kind = type(scheduler)
-    step0 = _noted_or_unknown(scheduler, name)
-    return {"class": name or f"{kind.__module__}.{kind.__qualname__}", "step0": step0.what,
-            "lrs_before": _encoded(step0.lrs_before), "lrs_after": _encoded(step0.lrs_after), "why": step0.why}
+    action = _noted_or_unknown(scheduler, name)
+    return {"class": name or f"{kind.__module__}.{kind.__qualname__}", "step0": action.what,
+            "lrs_before": _encoded(action.lrs_before), "lrs_after": _encoded(action.lrs_after), "why": action.why}
 
 
-def _noted_or_unknown(scheduler: Any, name: str | None) -> Step0:
-    step0 = noted(scheduler)
-    if step0 is None:
+def _noted_or_unknown(scheduler: Any, name: str | None) -> Action:
+    action = noted(scheduler)
+    if action is None:
         why = "the patch never saw this scheduler" if name else "not one of DeepSpeed's schedulers: the patch leaves it"
-        step0 = Step0(UNKNOWN, None, None, why)
-    return step0
+        action = Action(UNKNOWN, None, None, why)
+    return action
 
 
 def _encoded(values: list[float] | None) -> list[float | str] | None:
@@ -248,10 +249,10 @@ def _step0(engine: Any, scheduler: Any, mode: str, history: loaded_record.Loaded
         return {"how": record_data.UNOBSERVED, **base,
                 "why": f"the first optimizer step this process saw was at global step {steps}, not the run's step 0 "
                        "(the patch was applied after the engine had stepped)"}
-    step0 = _noted_or_unknown(scheduler, name) if scheduler is not None else None
+    action = _noted_or_unknown(scheduler, name) if scheduler is not None else None
     expected = _expected(scheduler, name, first["last_batch_iteration"])
     return {"how": record_data.OBSERVED, **base, "lrs": first["lrs"], "expected": _encoded(expected),
-            "patch_did": _checked(step0, first["lrs"], expected), "global_steps": steps}
+            "patch_did": _checked(action, first["lrs"], expected), "global_steps": steps}
 
 
 def _stepped_outside_the_engine(engine: Any, scheduler: Any) -> bool:
@@ -277,17 +278,17 @@ def _expected(scheduler: Any, name: str | None, iteration: Any) -> list[float] |
         return None
 
 
-def _checked(step0: Step0 | None, observed: list[Any], expected: list[float] | None) -> str | None:
+def _checked(action: Action | None, observed: list[Any], expected: list[float] | None) -> str | None:
     """What the patch did, as the record says it: "fixed" and "as-release" only where the observed lrs are
     0.19.8's; where they are not, "left" (what the patch meant was not what ran). A class without a formula here
     keeps its word: the audit compares its lrs with the table's reading."""
-    if step0 is None:
+    if action is None:
         return None
     ran = record_data.decode_lrs(observed)
-    if step0.what in _CLAIMS_THE_REFERENCE and expected is not None and not (
+    if action.what in _CLAIMS_THE_REFERENCE and expected is not None and not (
             ran is not None and record_data.same_lrs(ran, expected)):
         return LEFT
-    return step0.what
+    return action.what
 
 
 def write(folder: str, data: dict[str, Any]) -> None:

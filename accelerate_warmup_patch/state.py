@@ -100,9 +100,9 @@ class State:
     would_fix: int = 0
     # one line per scheduler the patch saw and had to leave wrong
     not_fixed: list[str] = field(default_factory=list)
-    # id(scheduler) -> what the patch did about its optimizer step 0 (record_writer.Step0), until the scheduler
+    # id(scheduler) -> what the patch did about its optimizer step 0 (record_writer.Action), until the scheduler
     # dies: the record each checkpoint's save writes beside it (record_writer.py)
-    step0: dict[int, Any] = field(default_factory=dict)
+    actions: dict[int, Any] = field(default_factory=dict)
     # id(engine) -> its watch of this process's first optimizer step (step_watch.Watch), until the engine dies
     watches: dict[int, Any] = field(default_factory=dict)
     # id(engine) -> what its last load_checkpoint brought into this process (loaded_record.LoadedHistory), until it
