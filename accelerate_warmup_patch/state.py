@@ -10,7 +10,7 @@ The rules:
 - ``mode`` is the switch: None while nothing is armed (every wrapper then calls the original alone), else the
   armed mode. The wrappers that run on every optimizer step read it as one plain attribute, never through a
   function call, which would cost every step.
-- ``lock`` (re-entrant) guards ``mode``, ``applied_by``, the record of what is wrapped and the attributes the
+- ``lock`` (re-entrant) guards ``mode``, ``applied_by``, the list of what is wrapped and the attributes the
   patch sets: ``api.apply()`` and ``api.remove()`` hold it for their whole run, so that any interleaving of them
   from several threads ends as one of them run alone. Re-entrant, since apply() may call remove() and a hook that
   apply() fires applies again. Never held across an import of a framework: import first, then take it.
