@@ -76,7 +76,7 @@ class State:
     mode: str | None = None
     # who armed it, in order: ".pth", "sitecustomize", "import", "apply()", ... (api.apply)
     applied_by: list[str] = field(default_factory=list)
-    # each wrapper with its original, in the order wrapped (wrapping.py's records, which it alone reads)
+    # each wrapper with its original, in the order wrapped (wrapping.py's list, which it alone reads)
     wrapped: list[Any] = field(default_factory=list)
     # wrapt's FunctionWrapper with pickling, made at the first wrap (wrapping.py): wrapt costs ~50 ms to import
     wrapper_class: type | None = None

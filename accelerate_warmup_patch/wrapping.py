@@ -1,6 +1,6 @@
 """The list of what the patch wrapped: wrap, unwrap, and what is in place.
 
-Each wrapper is recorded with its original in ``STATE.wrapped`` (state.py, which also holds the switch ``mode``
+Each wrapper is listed with its original in ``STATE.wrapped`` (state.py, which also holds the switch ``mode``
 that every wrapper reads, and the lock that guards the list). A target may carry other tools' wrappers above
 and below ours: ours is found down the ``__wrapped__`` chain, one layer at most, and taken out of it alone. wrapt
 is imported at the first ``wrap``, once deepspeed is imported (it costs ~50 ms): api.py arms and disarms without it.
@@ -210,17 +210,17 @@ def arguments_reader(method: Callable[..., Any], *,
 
 
 def is_wrapped(original: Any) -> bool:
-    """True while ``original`` is recorded as wrapped (remove() has not put it back)."""
+    """True while ``original`` is listed as wrapped (remove() has not put it back)."""
     return any(w.original is original for w in STATE.wrapped)
 
 
 def count() -> int:
-    """How many wrappers are recorded: a mark for ``unwrap_since``."""
+    """How many wrappers are listed: a mark for ``unwrap_since``."""
     return len(STATE.wrapped)
 
 
 def unwrap_since(mark: int) -> None:
-    """Take out our layer of every target wrapped after the first ``mark`` records, newest first."""
+    """Take out our layer of every target wrapped after the first ``mark`` listed, newest first."""
     with STATE.lock:
         while len(STATE.wrapped) > mark:
             _take_out(STATE.wrapped.pop())
