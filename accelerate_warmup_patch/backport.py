@@ -19,13 +19,12 @@ the way the running release writes it (``schedules.write``), every change goes t
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from . import failures, installed, log, marks, newest, releases, schedules, wrapping
+from . import failures, installed, log, newest, record_writer, releases, schedules, wrapping
 from .settings import ENV_MODE, Mode
 from .state import STATE
 
@@ -76,11 +75,12 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
     if name is None:
         return
     if not installed.built_wrong(name):  # nothing to change: the record says how the patch found it
-        marks.note(scheduler, _as_release(scheduler, name, version), first_only=True)
+        record_writer.note(scheduler, _as_release(scheduler, name, version), first_only=True)
         return
     STATE.settled.add(scheduler)  # decided: a later net says nothing more about it
     if not schedules.is_fresh(scheduler):
-        marks.note(scheduler, marks.earlier_process(scheduler, "it had stepped or was restored when the patch saw it"))
+        record_writer.note(scheduler, record_writer.earlier_process(
+            scheduler, "it had stepped or was restored when the patch saw it"))
         if not at_construction:  # built at a later iteration, the newest release too leaves its lr
             _name_unsettled(scheduler, name, version)
         return
@@ -90,9 +90,9 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
         action=lambda: _build_as_newest(scheduler, name, construction, version, peak_known),
         consequence="that scheduler runs exactly as unpatched (this warning is not repeated)", all_groups=True)
     if changed is None:  # it failed, was undone and reported
-        marks.note(scheduler, marks.Step0(marks.LEFT, marks.group_lrs(scheduler), None, "the patch failed to start "
-                                          f"it as DeepSpeed {releases.BEHAVIOR_REFERENCE} does and left it as "
-                                          f"DeepSpeed {version} made it"))
+        record_writer.note(scheduler, record_writer.Action(
+            record_writer.LEFT, record_writer.group_lrs(scheduler), None, "the patch failed to start "
+            f"it as DeepSpeed {releases.BEHAVIOR_REFERENCE} does and left it as DeepSpeed {version} made it"))
         return
     changes = changed.moved
     moved = [(i, old, new) for i, old, new in changes if old != new]
@@ -102,9 +102,9 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
     if warn and (moved or new_peak):
         STATE.would_fix += 1
         _warn_instead(scheduler, name, version, changes, new_peak, peak_unknown)
-        marks.note(scheduler, marks.Step0(marks.WARNED, before, after, f"warn mode: reset would have set "
-                                          f"{_what(moved, new_peak)} as DeepSpeed {releases.BEHAVIOR_REFERENCE} does "
-                                          f"({_why(name, version)}); nothing was changed"))
+        record_writer.note(scheduler, record_writer.Action(
+            record_writer.WARNED, before, after, f"warn mode: reset would have set {_what(moved, new_peak)} as "
+            f"DeepSpeed {releases.BEHAVIOR_REFERENCE} does ({_why(name, version)}); nothing was changed"))
         return
     if peak_unknown is not None:
         _peak_left(scheduler, name, peak_unknown)
@@ -112,14 +112,17 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
         log.info("%s: %s %s (%s)", name, schedules.said(moved), when, _why(name, version))
     if moved or new_peak:
         STATE.fixes += 1
-        marks.note(scheduler, marks.Step0(marks.FIXED, before, after, f"the patch set {_what(moved, new_peak)} as "
-                                          f"DeepSpeed {releases.BEHAVIOR_REFERENCE} does ({_why(name, version)})"))
+        record_writer.note(scheduler, record_writer.Action(
+            record_writer.FIXED, before, after, f"the patch set {_what(moved, new_peak)} as "
+            f"DeepSpeed {releases.BEHAVIOR_REFERENCE} does ({_why(name, version)})"))
     elif peak_unknown is not None:
-        marks.note(scheduler, marks.Step0(marks.LEFT, after, None, f"its default peak lr is left as DeepSpeed "
-                                          f"{version} set it ({peak_unknown})"))
+        record_writer.note(scheduler, record_writer.Action(
+            record_writer.LEFT, after, None, f"its default peak lr is left as DeepSpeed {version} set it "
+            f"({peak_unknown})"))
     else:
-        marks.note(scheduler, marks.Step0(marks.AS_RELEASE, after, after, f"its start already agreed with DeepSpeed "
-                                          f"{releases.BEHAVIOR_REFERENCE}'s: nothing to change"))
+        record_writer.note(scheduler, record_writer.Action(
+            record_writer.AS_RELEASE, after, after, f"its start already agreed with DeepSpeed "
+            f"{releases.BEHAVIOR_REFERENCE}'s: nothing to change"))
 
 
 def _what(moved: list[schedules.Moved], peak: Peak | None) -> str:
@@ -127,13 +130,13 @@ def _what(moved: list[schedules.Moved], peak: Peak | None) -> str:
     return " and ".join(part for part, done in (("its start lr", moved), ("its default peak lr", peak)) if done)
 
 
-def _as_release(scheduler: Any, name: str, version: str) -> marks.Step0:
+def _as_release(scheduler: Any, name: str, version: str) -> record_writer.Action:
     """A scheduler of a class this release builds as the newest does, as the patch first found it."""
     if not schedules.is_fresh(scheduler):
-        return marks.earlier_process(scheduler, "it had stepped or was restored when the patch saw it")
-    now = marks.group_lrs(scheduler)
-    return marks.Step0(marks.AS_RELEASE, now, now, f"DeepSpeed {version} starts {name} as DeepSpeed "
-                       f"{releases.BEHAVIOR_REFERENCE} does: nothing to change")
+        return record_writer.earlier_process(scheduler, "it had stepped or was restored when the patch saw it")
+    now = record_writer.group_lrs(scheduler)
+    return record_writer.Action(record_writer.AS_RELEASE, now, now, f"DeepSpeed {version} starts {name} as "
+                                f"DeepSpeed {releases.BEHAVIOR_REFERENCE} does: nothing to change")
 
 
 def _warn_instead(scheduler: Any, name: str, version: str, changes: list[schedules.Moved], peak: Peak | None,
@@ -265,12 +268,12 @@ def _why(name: str, version: str) -> str:
 
 def _constructor(original: Callable[..., Any], version: str) -> Callable[..., Any]:
     """The wrapper of one scheduler class's ``__init__``: the original first, then ``settle``."""
-    signature = inspect.signature(original)
+    arguments = wrapping.arguments_reader(original, defaults=False)  # a peak given, not a default's
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
         if STATE.mode is None or instance is None:
             return wrapped(*args, **kwargs)
-        captured = _capture(signature, instance, args, kwargs)
+        captured = _capture(arguments, instance, args, kwargs)
         # The original has its say first: arguments it refuses raise its own error, and nothing of ours is said.
         result = wrapped(*args, **kwargs)
         construction = captured if isinstance(captured, Construction) else None
@@ -285,13 +288,14 @@ def _constructor(original: Callable[..., Any], version: str) -> Callable[..., An
     return wrapper
 
 
-def _capture(signature: inspect.Signature, instance: Any, args: Any, kwargs: Any) -> Construction | Exception:
+def _capture(arguments: Callable[[Any, Any, Any], dict[str, Any]], instance: Any, args: Any,
+             kwargs: Any) -> Construction | Exception:
     """The groups' lrs and whether a peak was given, read before the original __init__ runs (it may change
     them); what went wrong instead, to be reported only if the original accepts these arguments."""
     try:
-        bound = signature.bind(instance, *args, **kwargs)
-        groups = schedules.torch_optimizer(bound.arguments["optimizer"]).param_groups
-        return Construction(tuple(schedules.lr_copies(groups)), bound.arguments.get("warmup_max_lr") is not None)
+        given = arguments(instance, args, kwargs)
+        groups = schedules.torch_optimizer(given["optimizer"]).param_groups
+        return Construction(tuple(schedules.lr_copies(groups)), given.get("warmup_max_lr") is not None)
     except Exception as error:
         return error
 

@@ -9,8 +9,8 @@
 - ``DeepSpeedEngine.load_checkpoint``: on a release that starts the class wrong, or in step mode, the
   optimizer's lr is aligned with the scheduler the checkpoint restored when the optimizer's lr was not (as
   observed before and after the load: loads.py).
-- For the record (marks.py, witness.py), where a net already sees an engine: a one-shot watch of its first
-  optimizer step, and after a load what the loaded save carries in.
+- For the record (record_writer.py), where a net already sees an engine: a one-shot watch of its first optimizer
+  step (step_watch.py), and after a load what the loaded save brings in (loaded_record.py).
 
 A net changes only a scheduler that this release builds otherwise than the newest (``backport.settle``
 asks what the build does: installed.py), and only through ``schedules.change``.
@@ -22,7 +22,18 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import backport, failures, installed, loads, log, marks, releases, schedules, witness
+from . import (
+    backport,
+    failures,
+    installed,
+    loaded_record,
+    loads,
+    log,
+    record_writer,
+    releases,
+    schedules,
+    step_watch,
+)
 from .settings import ENV_MODE, Mode
 from .state import STATE
 
@@ -61,7 +72,7 @@ def load_checkpoint_wrapper(wrapped: Callable[..., Any], instance: Any, args: An
         try:
             found = _restored(before, instance)
             if found.scheduler:
-                marks.resumed(instance)  # the record: step 0 of a restored scheduler ran in an earlier process
+                record_writer.resumed(instance)  # the record: step 0 of a restored scheduler ran in an earlier process
                 resumed = not schedules.is_fresh(instance.lr_scheduler)
             if found.aligns:
                 align_after_load(instance)
@@ -69,11 +80,11 @@ def load_checkpoint_wrapper(wrapped: Callable[..., Any], instance: Any, args: An
             failures.report("align", what="aligning the lr after load_checkpoint", error=error,
                             consequence="the lr after this load is left as DeepSpeed set it")
         try:  # after the align: the watch sees the lr the next step really runs at
-            if marks.writes_records(instance):
-                witness.loaded(instance, _first_of(result), result[1] if isinstance(result, tuple) and
-                               len(result) > 1 else None, resumed=resumed)
+            if record_writer.writes_records(instance):
+                loaded_record.loaded(instance, _first_of(result), result[1] if isinstance(result, tuple) and
+                                     len(result) > 1 else None, resumed=resumed)
         except Exception as error:
-            failures.report("carry", what="reading the record of the loaded checkpoint", error=error,
+            failures.report("loaded-record", what="reading the record of the loaded checkpoint", error=error,
                             consequence="the records this process writes say step 0's history is unknown")
     return result
 
@@ -100,8 +111,8 @@ def prepare_first_step(engine: Any, when: str = "before the first optimizer step
     """Before an engine's first optimizer step: a scheduler built before the patch was applied is settled
     as the constructor's fix would have. Step mode's step waits for the optimizer step itself."""
     try:
-        if marks.writes_records(engine):  # the record: the lr this engine's first optimizer step really runs at
-            witness.watch(engine)
+        if record_writer.writes_records(engine):  # the record: the lr this engine's first optimizer step really runs at
+            step_watch.watch(engine)
         scheduler = getattr(engine, "lr_scheduler", None)
         if scheduler is None or id(scheduler) in STATE.netted.ids:  # a scheduler seen before: one set lookup
             return
@@ -195,11 +206,11 @@ def _step_once(scheduler: Any) -> None:
 def _mark_stepped(scheduler: Any, changes: list[schedules.Moved]) -> None:
     """The record: step 0 runs at the lrs of one step; before, at what the release would have used (the start lr
     that settle changed, if it did)."""
-    settled = marks.noted(scheduler)
-    before = settled.lrs_before if settled is not None and settled.what == marks.FIXED else None
-    marks.note(scheduler, marks.Step0(marks.FIXED, before or [old for _, old, _ in changes],
-                                      [new for *_, new in changes], "step mode stepped it once before the first "
-                                      "optimizer step: step k runs at the schedule's lr(k)"))
+    settled = record_writer.noted(scheduler)
+    before = settled.lrs_before if settled is not None and settled.what == record_writer.FIXED else None
+    record_writer.note(scheduler, record_writer.Action(
+        record_writer.FIXED, before or [old for _, old, _ in changes], [new for *_, new in changes],
+        "step mode stepped it once before the first optimizer step: step k runs at the schedule's lr(k)"))
 
 
 def align_after_load(engine: Any) -> None:

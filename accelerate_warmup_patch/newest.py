@@ -1,6 +1,6 @@
 """DeepSpeed 0.19.8's lr formulas for the warmup schedulers (lr_schedules.py @ v0.19.8), from a scheduler's own
 parameters: what the fix reproduces (backport.py), what the probe compares the installed build with (probe.py),
-and what the record compares the first optimizer step with (marks.py). Reading only: nothing here writes.
+and what the record compares the first optimizer step with (record_writer.py). Reading only: nothing here writes.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Record 2 as data: how it is bound to its model-states file, how it writes an lr, how its chain is kept short.
 
-Standard library only, and nothing here touches torch or DeepSpeed: the writer (``marks``, in the training job)
+Standard library only, and nothing here touches torch or DeepSpeed: the writer (``record_writer``, in the training job)
 and the reader (``cli/audit/read``, on any Python) share these functions, so that both sides compute the binding
 and read the numbers the same way (docs/mark.md).
 
@@ -48,8 +48,8 @@ UNBOUND = "unbound"  # the save this one loaded held a record that could not be 
 RECORD_1 = "record-1"  # the save this one loaded held a record 1 (0.5.0): unbound, so a claim
 UNOBSERVED = "unobserved"  # the run started in a patched process that could not watch its first step
 HOWS = (OBSERVED, NO_STEP_YET, UNRECORDED, UNBOUND, RECORD_1, UNOBSERVED)
-# What the patch did to this process's scheduler when it was built (``scheduler.step0``; marks.py writes them, the
-# audit reads them). "unknown" is read too.
+# What the patch did to this process's scheduler when it was built (``scheduler.step0``; record_writer.py writes
+# them, the audit reads them). "unknown" is read too.
 FIXED = "fixed"  # changed its build-time behaviour (reset), or stepped it once before the first step (step)
 WARNED = "warned"  # warn mode: reset would have changed it, and nothing was changed
 AS_RELEASE = "as-release"  # fresh when seen, and the release already starts it as the reference does
@@ -234,10 +234,10 @@ def same_lrs(a: list[float], b: list[float]) -> bool:
 
 
 # The shape a record is written in, for what is read back ----------------------------------------------------
-# A job carries the step0 and loads of the record it resumed from into every record it writes later; the audit reads
-# them. Both rebuild them here, key by key, to the shape marks.py writes: only these keys, each a bounded scalar or
-# a list of lrs, so that nothing read back (an lr of 1e999, a value nested 900 deep, a huge string) reaches a later
-# record or makes it unwritable.
+# A job hands on the step0 and loads of the record it resumed from into every record it writes later; the audit reads
+# them. Both rebuild them here, key by key, to the shape record_writer.py writes: only these keys, each a bounded
+# scalar or a list of lrs, so that nothing read back (an lr of 1e999, a value nested 900 deep, a huge string)
+# reaches a later record or makes it unwritable.
 
 STEP0_KEYS = ("how", "deepspeed", "scheduler", "mode", "patch", "patch_did", "tag", "claimed", "why", "global_steps",
               "lrs", "expected")
@@ -371,7 +371,7 @@ def _step0_out(record: dict[str, Any], why: str) -> dict[str, Any]:
 
 def valid_record(raw: Any) -> dict[str, Any]:
     """Record 1 or 2 with every field of the right type, its lrs decoded: the one check of a record, by the job
-    before it carries a loaded record's step0 and loads, and by the audit; raises ValueError naming the first field
+    before it hands on a loaded record's step0 and loads, and by the audit; raises ValueError naming the first field
     that is not (a value nested too deep to write as text among them)."""
     try:
         return _valid_record(raw)
@@ -459,7 +459,7 @@ def _valid_first_step(first: Any) -> dict[str, Any] | None:
 
 def _valid_step0(step0: Any) -> dict[str, Any]:
     """The run's step 0 as the record tells it (record_data's ``how``s), in the shape a record writes it and as the
-    job that resumes from it carries it (written_step0), every key present and the lrs decoded."""
+    job that resumes from it hands it on (written_step0), every key present and the lrs decoded."""
     shaped = written_step0(step0)
     valid = {key: shaped.get(key) for key in STEP0_KEYS}
     valid["why"] = str(valid["why"] or "")

@@ -10,7 +10,7 @@ The rules:
 - ``mode`` is the switch: None while nothing is armed (every wrapper then calls the original alone), else the
   armed mode. The wrappers that run on every optimizer step read it as one plain attribute, never through a
   function call, which would cost every step.
-- ``lock`` (re-entrant) guards ``mode``, ``applied_by``, the record of what is wrapped and the attributes the
+- ``lock`` (re-entrant) guards ``mode``, ``applied_by``, the list of what is wrapped and the attributes the
   patch sets: ``api.apply()`` and ``api.remove()`` hold it for their whole run, so that any interleaving of them
   from several threads ends as one of them run alone. Re-entrant, since apply() may call remove() and a hook that
   apply() fires applies again. Never held across an import of a framework: import first, then take it.
@@ -76,7 +76,7 @@ class State:
     mode: str | None = None
     # who armed it, in order: ".pth", "sitecustomize", "import", "apply()", ... (api.apply)
     applied_by: list[str] = field(default_factory=list)
-    # each wrapper with its original, in the order wrapped (wrapping.py's records, which it alone reads)
+    # each wrapper with its original, in the order wrapped (wrapping.py's list, which it alone reads)
     wrapped: list[Any] = field(default_factory=list)
     # wrapt's FunctionWrapper with pickling, made at the first wrap (wrapping.py): wrapt costs ~50 ms to import
     wrapper_class: type | None = None
@@ -100,16 +100,17 @@ class State:
     would_fix: int = 0
     # one line per scheduler the patch saw and had to leave wrong
     not_fixed: list[str] = field(default_factory=list)
-    # id(scheduler) -> what the patch did about its optimizer step 0 (marks.Step0), until the scheduler dies: the
-    # record each checkpoint's save writes beside it (marks.py)
-    step0: dict[int, Any] = field(default_factory=dict)
-    # id(engine) -> its watch of this process's first optimizer step (witness.Watch), until the engine dies
+    # id(scheduler) -> what the patch did about its optimizer step 0 (record_writer.Action), until the scheduler
+    # dies: the record each checkpoint's save writes beside it (record_writer.py)
+    actions: dict[int, Any] = field(default_factory=dict)
+    # id(engine) -> its watch of this process's first optimizer step (step_watch.Watch), until the engine dies
     watches: dict[int, Any] = field(default_factory=dict)
-    # id(engine) -> what its last load_checkpoint carried into this process (witness.Carried), until it dies
-    carried: dict[int, Any] = field(default_factory=dict)
     # ``saving.writes``: while this thread runs a save whose record this process writes, each states file it
-    # wrote itself (its path -> record_data.file_fact right after the write: witness.py), else None
+    # wrote itself (its path -> record_data.file_fact right after the write: own_writes.py), else None
     saving: threading.local = field(default_factory=threading.local)
+    # id(engine) -> what its last load_checkpoint brought into this process (loaded_record.LoadedHistory), until it
+    # dies
+    loaded: dict[int, Any] = field(default_factory=dict)
     # the keys of the warnings given, each once per process (log.py)
     warned: set[str] = field(default_factory=set)
     # ``dry.on``: this thread runs warn mode's dry run of a change (schedules.change)

@@ -16,7 +16,20 @@ import sys
 from collections.abc import Callable, Mapping
 from types import MappingProxyType, ModuleType
 
-from . import backport, failures, installed, launcher, log, marks, nets, probe, releases, schedules, witness, wrapping
+from . import (
+    backport,
+    failures,
+    installed,
+    launcher,
+    log,
+    nets,
+    own_writes,
+    probe,
+    record_writer,
+    releases,
+    schedules,
+    wrapping,
+)
 from .settings import Mode
 from .state import STATE
 
@@ -62,20 +75,21 @@ def _wrap_load_checkpoint(deepspeed: ModuleType, engine_class: type, version: st
 
 
 def _wrap_save_checkpoint(deepspeed: ModuleType, engine_class: type, version: str) -> None:
-    """The record beside each checkpoint, of what the patch did about step 0 (marks.py, docs/mark.md)."""
-    wrapping.wrap(engine_class, "save_checkpoint", marks.save_checkpoint_wrapper(vars(engine_class)["save_checkpoint"]))
+    """The record beside each checkpoint, of what the patch did about step 0 (record_writer.py, docs/mark.md)."""
+    wrapper = record_writer.save_checkpoint_wrapper(vars(engine_class)["save_checkpoint"])
+    wrapping.wrap(engine_class, "save_checkpoint", wrapper)
 
 
 TORCH_CHECKPOINT_ENGINE = "deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine"
 
 
 def _wrap_own_writes(deepspeed: ModuleType, engine_class: type, version: str) -> None:
-    """The files the record's writer saved itself (witness.py): engine.py imports TorchCheckpointEngine at its top
+    """The files the record's writer saved itself (own_writes.py): engine.py imports TorchCheckpointEngine at its top
     (@ v0.15.2, v0.19.8), so its module is loaded by now."""
     engine = getattr(sys.modules.get(TORCH_CHECKPOINT_ENGINE), "TorchCheckpointEngine", None)
     if engine is not None and "save" in vars(engine):
-        wrapping.wrap(engine, "save", witness.own_write_wrapper)
-    else:  # an untested release that moved it: records are written unbound (witness.rewritten_since)
+        wrapping.wrap(engine, "save", own_writes.own_write_wrapper)
+    else:  # an untested release that moved it: records are written unbound (own_writes.rewritten_since)
         failures.report("own-writes", what="finding TorchCheckpointEngine.save, where the record's writer notes "
                         "what it saved", error=LookupError(f"DeepSpeed {version} has no {TORCH_CHECKPOINT_ENGINE}"
                                                             ".TorchCheckpointEngine.save"),

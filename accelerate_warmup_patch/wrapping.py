@@ -1,7 +1,7 @@
-"""The record of what the patch wrapped: wrap, unwrap, and what is in place.
+"""The list of what the patch wrapped: wrap, unwrap, and what is in place.
 
-Each wrapper is recorded with its original in ``STATE.wrapped`` (state.py, which also holds the switch ``mode``
-that every wrapper reads, and the lock that guards the record). A target may carry other tools' wrappers above
+Each wrapper is listed with its original in ``STATE.wrapped`` (state.py, which also holds the switch ``mode``
+that every wrapper reads, and the lock that guards the list). A target may carry other tools' wrappers above
 and below ours: ours is found down the ``__wrapped__`` chain, one layer at most, and taken out of it alone. wrapt
 is imported at the first ``wrap``, once deepspeed is imported (it costs ~50 ms): api.py arms and disarms without it.
 """
@@ -191,18 +191,36 @@ def wrap(owner: Any, name: str, wrapper: Callable[..., Any]) -> None:
         STATE.wrapped.append(_Wrapped(owner, name, original, layer))
 
 
+def arguments_reader(method: Callable[..., Any], *,
+                     defaults: bool) -> Callable[[Any, Any, Any], dict[str, Any]]:
+    """For a wrapper of ``method``: the arguments a call gives it, by parameter name, from the wrapper's
+    ``instance, args, kwargs`` (``defaults``: with the parameters not given at their defaults). The signature is
+    read once, when the wrapper is made; a call whose arguments do not fit raises TypeError, as the call would."""
+    import inspect  # when a wrapper is made, never on the start-up path
+
+    signature = inspect.signature(method)
+
+    def arguments(instance: Any, args: Any, kwargs: Any) -> dict[str, Any]:
+        bound = signature.bind(instance, *args, **kwargs)
+        if defaults:
+            bound.apply_defaults()
+        return bound.arguments
+
+    return arguments
+
+
 def is_wrapped(original: Any) -> bool:
-    """True while ``original`` is recorded as wrapped (remove() has not put it back)."""
+    """True while ``original`` is listed as wrapped (remove() has not put it back)."""
     return any(w.original is original for w in STATE.wrapped)
 
 
 def count() -> int:
-    """How many wrappers are recorded: a mark for ``unwrap_since``."""
+    """How many wrappers are listed: a mark for ``unwrap_since``."""
     return len(STATE.wrapped)
 
 
 def unwrap_since(mark: int) -> None:
-    """Take out our layer of every target wrapped after the first ``mark`` records, newest first."""
+    """Take out our layer of every target wrapped after the first ``mark`` listed, newest first."""
     with STATE.lock:
         while len(STATE.wrapped) > mark:
             _take_out(STATE.wrapped.pop())

@@ -20,7 +20,7 @@ import pytest
 from conftest import bare_audit, installed
 from harness import GOLDEN, Spec
 
-from accelerate_warmup_patch.marks import FILE_NAME as RECORD
+from accelerate_warmup_patch.record_writer import FILE_NAME as RECORD
 
 DEEPSPEED = installed("deepspeed")
 pytestmark = pytest.mark.skipif(DEEPSPEED != "0.15.2", reason="the builds are made from DeepSpeed 0.15.2's code")

@@ -148,7 +148,7 @@ def test_a_resumed_run_records_that_step_0_ran_in_an_earlier_process_and_carries
     scheduler = record["scheduler"]
     assert scheduler["step0"] == "earlier-process" and scheduler["lrs_before"] is scheduler["lrs_after"] is None
     assert record["global_steps"] == 5
-    # the loaded save's record was bound to it: its step 0, as that process saw it, is carried (#41)
+    # the loaded save's record was bound to it: its step 0, as that process saw it, is handed on (#41)
     assert record["step0"] == _record(root, "reset")["step0"]
     assert record["loads"] == [{"tag": "ckpt", "deepspeed": DEEPSPEED, "global_steps": 3, "scheduler": "WarmupLR",
                                 "record": 2, "bound": True}]
@@ -311,17 +311,17 @@ def test_a_save_at_global_step_0_after_steps_outside_the_engine_never_says_no_st
     import torch
     from deepspeed.runtime.lr_schedules import WarmupLR
 
-    from accelerate_warmup_patch import marks
+    from accelerate_warmup_patch import record_writer
 
     param = torch.nn.Parameter(torch.zeros(2))
     optimizer = torch.optim.Adam([param], lr=1e-3)
     scheduler = WarmupLR(optimizer, warmup_min_lr=0.0, warmup_max_lr=1e-3, warmup_num_steps=4)
     engine = types.SimpleNamespace(global_steps=0, optimizer=optimizer, lr_scheduler=scheduler)
-    assert marks.record(engine, "reset", str(tmp_path))["step0"]["how"] == "no-step-yet"  # nothing moved yet
+    assert record_writer.record(engine, "reset", str(tmp_path))["step0"]["how"] == "no-step-yet"  # nothing moved yet
     if moved == "optimizer":
         param.grad = torch.ones(2)
         optimizer.step()
     else:
         scheduler.step()
-    step0 = marks.record(engine, "reset", str(tmp_path))["step0"]
+    step0 = record_writer.record(engine, "reset", str(tmp_path))["step0"]
     assert step0["how"] == "unobserved", step0

@@ -215,7 +215,7 @@ def test_off_in_the_launching_shell_is_carried_to_every_node(hostfile):
 def test_with_node_local_storage_each_node_writes_its_record_and_each_nodes_folder_audits_fixed(
         nodes, tmp_path, tmp_path_factory):
     # checkpoint.use_node_local_storage: each node saves into a folder of its own, and its local rank 0 writes the
-    # record there (marks._writer_rank), bound to the model states that node wrote
+    # record there (record_writer._writer_rank), bound to the model states that node wrote
     proc, seen = _launch(nodes, tmp_path / "out", RECORDS_PORT, {"ACCELERATE_WARMUP_PATCH": "reset"}, {},
                          "--node-local-save")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]

@@ -5,7 +5,7 @@ import json
 
 import torch
 
-from accelerate_warmup_patch import witness
+from accelerate_warmup_patch import step_watch
 
 
 class Engine:
@@ -21,7 +21,7 @@ class Engine:
 engine = Engine()
 ran: list[str] = []
 engine.optimizer.register_step_pre_hook(lambda *_: ran.append("user pre, before"))
-witness.watch(engine)
+step_watch.watch(engine)
 engine.optimizer.register_step_pre_hook(lambda *_: ran.append("user pre, after"))
 engine.optimizer.register_step_post_hook(lambda *_: ran.append("user post"))
 engine.weight.grad = torch.zeros(1)
@@ -29,4 +29,4 @@ for _ in range(3):
     engine.optimizer.step()
 print(json.dumps({"pre": len(engine.optimizer._optimizer_step_pre_hooks),
                   "post": len(engine.optimizer._optimizer_step_post_hooks), "ran": ran,
-                  "first_step": witness.first_step(engine)}))
+                  "first_step": step_watch.first_step(engine)}))

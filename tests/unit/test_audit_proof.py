@@ -1,4 +1,4 @@
-"""A "not affected" that is proof (#41): record 2 bound to the save it sits beside, the run's step 0 carried along
+"""A "not affected" that is proof (#41): record 2 bound to the save it sits beside, the run's step 0 handed along
 its chain, one verdict from all the facts. Synthetic checkpoints written with the standard library alone
 (tests/unit/audit_files.py): DeepSpeed 0.15.2 runs WarmupLR's step 0 at the optimizer's lr 0.001, 0.19.8 at
 warmup_min_lr 0.0.
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parents[2]))
 import audit_files as files
 from audit_files import audit, one
 
-from accelerate_warmup_patch import marks, record_data, torch_file, witness
+from accelerate_warmup_patch import loaded_record, own_writes, record_data, record_writer, torch_file
 from accelerate_warmup_patch.cli.audit import find
 from accelerate_warmup_patch.state import STATE
 
@@ -38,7 +38,7 @@ def observed(lrs: list[Any], expected: list[Any] | None, *, deepspeed: str = "0.
 
 def record2(tag: Path, step0: dict[str, Any], *, deepspeed: str = "0.15.2", global_steps: int = 6,
             mode: str = "reset", scheduler: str = "WarmupLR", bound: bool = True, **extra: Any) -> dict[str, Any]:
-    """Record 2 as marks.py writes it, bound to the model states in ``tag`` as they are now."""
+    """Record 2 as record_writer.py writes it, bound to the model states in ``tag`` as they are now."""
     return {"record": 2, "package": "accelerate-warmup-patch", "version": "0.6.0", "mode": mode,
             "deepspeed": deepspeed, "reference": "0.19.8", "global_steps": global_steps,
             "bound_to": record_data.bind(str(tag)) if bound else record_data.unbound("a checkpoint engine that "
@@ -139,16 +139,16 @@ def test_a_record_is_bound_only_to_files_that_still_hold_the_bytes_its_writer_wr
     tag = tmp_path / "run" / "global_step6"
     states = str(tag / "mp_rank_00_model_states.pt")
     writes = {os.path.abspath(states): record_data.file_fact(states)}
-    assert witness.rewritten_since(str(tag), writes) is None
-    assert "wrote none" in str(witness.rewritten_since(str(tag), {}))  # nothing of its own: nothing to bind
-    assert witness.rewritten_since(str(tag), None) is not None
+    assert own_writes.rewritten_since(str(tag), writes) is None
+    assert "wrote none" in str(own_writes.rewritten_since(str(tag), {}))  # nothing of its own: nothing to bind
+    assert own_writes.rewritten_since(str(tag), None) is not None
     bound = record_data.bind(str(tag))
     files.write_run(tmp_path / "other", lr=2e-3)  # the other job's bytes land after this job's own write
     shutil.copy(tmp_path / "other" / "global_step6" / "mp_rank_00_model_states.pt", states)
-    assert "another job" in str(witness.rewritten_since(str(tag), writes))
+    assert "another job" in str(own_writes.rewritten_since(str(tag), writes))
     # bound before the folder changed, while the record was written: written again, unbound
     now = {os.path.abspath(states): record_data.file_fact(states)}
-    marks.write_checked(str(tag), record2(tag, observed([0.0], [0.0])) | {"bound_to": bound}, now)
+    record_writer.write_checked(str(tag), record2(tag, observed([0.0], [0.0])) | {"bound_to": bound}, now)
     written = json.loads((tag / record_data.RECORD_FILE).read_text())
     assert written["bound_to"]["file"] is None and "changed while" in written["bound_to"]["unbound"], written
     assert one(tmp_path / "run")[1]["verdict"] == "unknown"
@@ -395,10 +395,10 @@ def test_a_record_with_non_finite_lrs_is_read_and_reported_as_such(tmp_path: Pat
     assert "step 0 ran at nan (observed by" in text, text
 
 
-# The runtime's side of the chain (witness.loaded), with a stand-in engine: no torch here ---------------------
+# The runtime's side of the chain (loaded_record.loaded), with a stand-in engine: no torch here ---------------------
 
 class _Engine:
-    """What witness.loaded asks of an engine after a load: its step count and an optimizer (none here)."""
+    """What loaded_record.loaded asks of an engine after a load: its step count and an optimizer (none here)."""
 
     optimizer = None
 
@@ -408,24 +408,24 @@ class _Engine:
 
 def test_a_load_carries_the_bound_records_step0_and_keeps_the_chain_short(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(STATE, "carried", {})
+    monkeypatch.setattr(STATE, "loaded", {})
     monkeypatch.setattr(STATE, "watches", {})
     folder = patched_run(tmp_path / "run", observed([0.0], [0.0]),
                          loads=[{"tag": f"t{i}", "deepspeed": "0.15.2", "global_steps": i, "record": 2, "bound": True}
                                 for i in range(20)])
     engine = _Engine(6)
-    witness.loaded(engine, str(folder / "mp_rank_00_model_states.pt"), {"ds_version": "0.15.2"})
-    carried = witness.carried(engine)
-    assert carried is not None and carried.step0["how"] == "observed" and carried.step0["lrs"] == [0.0]
-    assert len(carried.loads) == record_data.MAX_LOADS and carried.loads[0]["tag"] == "global_step6"
-    assert carried.loads[0]["bound"] is True
+    loaded_record.loaded(engine, str(folder / "mp_rank_00_model_states.pt"), {"ds_version": "0.15.2"})
+    history = loaded_record.history(engine)
+    assert history is not None and history.step0["how"] == "observed" and history.step0["lrs"] == [0.0]
+    assert len(history.loads) == record_data.MAX_LOADS and history.loads[0]["tag"] == "global_step6"
+    assert history.loads[0]["bound"] is True
 
 
 @pytest.mark.parametrize(("what", "how"), [("none", "unrecorded"), ("copied", "unrecorded"),
                                            ("record 1", "record-1"), ("NaN literal", "unrecorded")])
 def test_a_load_of_a_save_without_its_own_record_says_step_0_ran_unrecorded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str, how: str) -> None:
-    monkeypatch.setattr(STATE, "carried", {})
+    monkeypatch.setattr(STATE, "loaded", {})
     monkeypatch.setattr(STATE, "watches", {})
     files.write_run(tmp_path / "run")
     folder = tmp_path / "run" / "global_step6"
@@ -434,47 +434,47 @@ def test_a_load_of_a_save_without_its_own_record_says_step_0_ran_unrecorded(
         shutil.copy(tmp_path / "other" / "global_step6" / record_data.RECORD_FILE, folder)
     elif what == "record 1":
         write_record(folder, {"record": 1, "package": "accelerate-warmup-patch", "scheduler": {"step0": "fixed"}})
-    elif what == "NaN literal":  # not JSON: carried on, it would make the next record unwritable
+    elif what == "NaN literal":  # not JSON: handed on, it would make the next record unwritable
         text = json.dumps(record2(folder, observed([0.0], [0.0]))).replace('"lrs": [0.0]', '"lrs": [NaN]')
         (folder / record_data.RECORD_FILE).write_text(text)
     engine = _Engine(6)
-    witness.loaded(engine, str(folder / "mp_rank_00_model_states.pt"), {"ds_version": "0.15.2"})
-    carried = witness.carried(engine)
-    assert carried is not None and carried.step0["how"] == how, carried
-    assert carried.step0["deepspeed"] == "0.15.2" and carried.step0["global_steps"] == 6
+    loaded_record.loaded(engine, str(folder / "mp_rank_00_model_states.pt"), {"ds_version": "0.15.2"})
+    history = loaded_record.history(engine)
+    assert history is not None and history.step0["how"] == how, history
+    assert history.step0["deepspeed"] == "0.15.2" and history.step0["global_steps"] == 6
 
 
-def _carried_after_loading(folder: Path, record: dict[str, Any] | str) -> witness.Carried:
-    """What a stand-in engine carries after loading ``folder``, whose record is ``record`` (a dict, or raw text)."""
+def _history_after_loading(folder: Path, record: dict[str, Any] | str) -> loaded_record.LoadedHistory:
+    """What a stand-in engine holds after loading ``folder``, whose record is ``record`` (a dict, or raw text)."""
     text = record if isinstance(record, str) else json.dumps(record)
     (folder / record_data.RECORD_FILE).write_text(text)
     engine = _Engine(6)
-    witness.loaded(engine, str(folder / "mp_rank_00_model_states.pt"), {"ds_version": "0.15.2"})
-    carried = witness.carried(engine)
-    assert carried is not None
-    return carried
+    loaded_record.loaded(engine, str(folder / "mp_rank_00_model_states.pt"), {"ds_version": "0.15.2"})
+    history = loaded_record.history(engine)
+    assert history is not None
+    return history
 
 
 def test_a_loaded_record_whose_lr_parses_to_inf_cannot_make_the_jobs_later_records_unwritable(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # 1e999 is a JSON number that parses to inf: carried on, json.dumps(allow_nan=False) of every later record fails
-    monkeypatch.setattr(STATE, "carried", {})
+    # 1e999 is a JSON number that parses to inf: handed on, json.dumps(allow_nan=False) of every later record fails
+    monkeypatch.setattr(STATE, "loaded", {})
     monkeypatch.setattr(STATE, "watches", {})
     folder = patched_run(tmp_path / "run", observed([0.0], [0.0]))
     text = json.dumps(record2(folder, observed([0.0], [0.0]))).replace('"lrs": [0.0]', '"lrs": [1e999]')
-    carried = _carried_after_loading(folder, text)
-    assert carried.step0["how"] == "unrecorded" and "not one this release reads" in carried.step0["why"], carried
-    marks.write(str(folder), {"step0": carried.step0, "loads": carried.loads})  # the job's next record
-    # a string "inf" is how a record writes it: carried as written
-    carried = _carried_after_loading(folder, record2(folder, observed(["inf"], [0.0])))
-    assert carried.step0["lrs"] == ["inf"]
-    marks.write(str(folder), {"step0": carried.step0, "loads": carried.loads})
+    history = _history_after_loading(folder, text)
+    assert history.step0["how"] == "unrecorded" and "not one this release reads" in history.step0["why"], history
+    record_writer.write(str(folder), {"step0": history.step0, "loads": history.loads})  # the job's next record
+    # a string "inf" is how a record writes it: handed on as written
+    history = _history_after_loading(folder, record2(folder, observed(["inf"], [0.0])))
+    assert history.step0["lrs"] == ["inf"]
+    record_writer.write(str(folder), {"step0": history.step0, "loads": history.loads})
 
 
 def test_a_loaded_record_carries_only_the_shape_the_job_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # a value nested 900 deep (each check of 0.6.0 passed) made every later record ~6.5 MB; a long string, a huge
-    # int and keys of its own are not carried either
-    monkeypatch.setattr(STATE, "carried", {})
+    # int and keys of its own are not handed on either
+    monkeypatch.setattr(STATE, "loaded", {})
     monkeypatch.setattr(STATE, "watches", {})
     folder = patched_run(tmp_path / "run", observed([0.0], [0.0]))
     deep: Any = []
@@ -483,17 +483,17 @@ def test_a_loaded_record_carries_only_the_shape_the_job_writes(tmp_path: Path, m
     step0 = {**observed([0.0], [0.0]), "extra": deep, "why": "w" * 20_000, "mode": deep}
     hops = [{"tag": "t", "deepspeed": "0.15.2", "global_steps": 1, "record": 2, "bound": True}] * 20
     hops[1] = {"tag": deep, "deepspeed": "0.15.2", "global_steps": 10**25, "record": 2, "bound": True, "x": deep}
-    carried = _carried_after_loading(folder, record2(folder, step0, loads=hops))
-    assert carried.step0["how"] == "observed" and carried.step0["lrs"] == [0.0], carried
-    assert set(carried.step0) <= set(record_data.STEP0_KEYS) and carried.step0["mode"] is None
-    assert len(carried.step0["why"]) == 1000
-    assert len(carried.loads) == record_data.MAX_LOADS
-    assert carried.loads[2] == {"tag": None, "deepspeed": "0.15.2", "global_steps": None, "record": 2, "bound": True}
-    written = json.dumps({"step0": carried.step0, "loads": carried.loads})
+    history = _history_after_loading(folder, record2(folder, step0, loads=hops))
+    assert history.step0["how"] == "observed" and history.step0["lrs"] == [0.0], history
+    assert set(history.step0) <= set(record_data.STEP0_KEYS) and history.step0["mode"] is None
+    assert len(history.step0["why"]) == 1000
+    assert len(history.loads) == record_data.MAX_LOADS
+    assert history.loads[2] == {"tag": None, "deepspeed": "0.15.2", "global_steps": None, "record": 2, "bound": True}
+    written = json.dumps({"step0": history.step0, "loads": history.loads})
     assert len(written) < 4096, len(written)
 
 
-# One record 2 and what is changed in it: whether the job carries it and the audit reads it must agree (#48)
+# One record 2 and what is changed in it: whether the job hands it on and the audit reads it must agree (#48)
 _CORPUS: dict[str, tuple[dict[str, Any], bool]] = {
     "as written": ({}, True),
     "no scheduler": ({"scheduler": None}, True),
@@ -525,17 +525,17 @@ _CORPUS: dict[str, tuple[dict[str, Any], bool]] = {
 @pytest.mark.parametrize("case", sorted(_CORPUS))
 def test_a_record_the_job_carries_is_exactly_a_record_the_audit_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                       case: str) -> None:
-    monkeypatch.setattr(STATE, "carried", {})
+    monkeypatch.setattr(STATE, "loaded", {})
     monkeypatch.setattr(STATE, "watches", {})
     change, valid = _CORPUS[case]
     folder = patched_run(tmp_path / "run", observed([0.0], [0.0]))
     record = {**json.loads((folder / record_data.RECORD_FILE).read_text()), **change}
-    carried = _carried_after_loading(folder, record)  # the job, at a load
+    history = _history_after_loading(folder, record)  # the job, at a load
     _, report = one(tmp_path / "run")  # the audit
     assert (report["record"] is not None) is valid, report
-    assert (carried.step0["how"] == record["step0"]["how"]) is valid, carried
+    assert (history.step0["how"] == record["step0"]["how"]) is valid, history
     if not valid:
-        assert "not one this release reads" in carried.step0["why"], carried
+        assert "not one this release reads" in history.step0["why"], history
         assert any("not a record this audit reads" in note for note in report["notes"]), report
 
 
@@ -544,9 +544,9 @@ def test_a_records_temporary_file_is_named_as_partial_and_a_stale_one_is_removed
     fresh = tmp_path / ".accelerate_warmup_patch.ff.partial"
     for left in (stale, fresh):
         left.write_text("{")  # what a process killed between the write and the rename leaves
-    old = stale.stat().st_mtime - marks.STALE_PARTIAL_S - 60
+    old = stale.stat().st_mtime - record_writer.STALE_PARTIAL_S - 60
     os.utime(stale, (old, old))
-    marks.write(str(tmp_path), {"record": 2})
+    record_writer.write(str(tmp_path), {"record": 2})
     assert not stale.exists() and fresh.exists()  # a younger one may be another job's write in progress
     assert sorted(p.name for p in tmp_path.iterdir()) == [fresh.name, record_data.RECORD_FILE]
     assert record_data.PARTIAL.match(fresh.name) and not fresh.name.endswith(".json")
@@ -741,7 +741,7 @@ def test_a_universal_checkpoint_of_another_runs_save_is_not_vouched_for(tmp_path
 @pytest.mark.parametrize(("zero3", "how"), [(False, "observed"), (True, "unbound")])
 def test_a_resume_from_a_universal_checkpoint_carries_the_step_0_of_the_save_it_came_from(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zero3: bool, how: str) -> None:
-    monkeypatch.setattr(STATE, "carried", {})
+    monkeypatch.setattr(STATE, "loaded", {})
     monkeypatch.setattr(STATE, "watches", {})
     if zero3:
         tag = _zero3_save(tmp_path / "run", 1e-3)
@@ -751,13 +751,13 @@ def test_a_resume_from_a_universal_checkpoint_carries_the_step_0_of_the_save_it_
     universal = _universal(tmp_path / "run")
     engine = _Engine(6)
     states = next(universal.glob("*model_states.pt"))
-    witness.loaded(engine, str(states), {"ds_version": "0.15.2"})
-    carried = witness.carried(engine)
-    assert carried is not None and carried.step0["how"] == how, carried
+    loaded_record.loaded(engine, str(states), {"ds_version": "0.15.2"})
+    history = loaded_record.history(engine)
+    assert history is not None and history.step0["how"] == how, history
     if zero3:
-        assert "hold no weights" in carried.step0["why"], carried
+        assert "hold no weights" in history.step0["why"], history
     else:
-        assert carried.step0["lrs"] == [0.0]
+        assert history.step0["lrs"] == [0.0]
 
 
 @pytest.mark.parametrize(("patched", "version", "verdict"), [(True, "0.15.2", "unknown"), (False, "0.15.2", "unknown"),
@@ -794,16 +794,16 @@ class _UniversalEngine(_Engine):
 
 def test_a_resume_from_a_universal_checkpoint_with_its_source_elsewhere_is_unbound_not_unrecorded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(STATE, "carried", {})
+    monkeypatch.setattr(STATE, "loaded", {})
     monkeypatch.setattr(STATE, "watches", {})
     patched_run(tmp_path / "run", observed([0.0], [0.0]))
     universal = _universal(tmp_path / "run")
     (tmp_path / "converted").mkdir()
     moved = Path(shutil.move(str(universal), tmp_path / "converted" / universal.name))
     for engine, how in ((_UniversalEngine(6), "unbound"), (_Engine(6), "unrecorded")):
-        witness.loaded(engine, str(next(moved.glob("*model_states.pt"))), {"ds_version": "0.15.2"})
-        carried = witness.carried(engine)
-        assert carried is not None and carried.step0["how"] == how, carried
+        loaded_record.loaded(engine, str(next(moved.glob("*model_states.pt"))), {"ds_version": "0.15.2"})
+        history = loaded_record.history(engine)
+        assert history is not None and history.step0["how"] == how, history
 
 
 @pytest.mark.parametrize(("groups", "how", "verdict"), [(600, "observed", "not affected"),
@@ -819,7 +819,7 @@ def test_a_record_of_many_param_groups_is_never_written_past_the_bound_its_reade
     record["scheduler"] |= {"lrs_before": lrs, "lrs_after": lrs}
     record["first_step"] = {"observed": True, "lrs": lrs, "global_steps": 0, "skipped_steps": 0,
                             "last_batch_iteration": 0}
-    marks.write(str(tag), record)
+    record_writer.write(str(tag), record)
     data = (tag / record_data.RECORD_FILE).read_bytes()
     assert len(data) <= record_data.RECORD_BYTES
     written = record_data.valid_record(record_data.parse(data))

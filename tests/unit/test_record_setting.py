@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from accelerate_warmup_patch import marks
+from accelerate_warmup_patch import record_writer
 from accelerate_warmup_patch.settings import ENV_RECORD, ENV_STRICT
 from accelerate_warmup_patch.state import STATE
 
@@ -32,7 +32,7 @@ def _save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record: str | None) -
         return "the original's result"
 
     engine = SimpleNamespace(global_steps=3, global_rank=0, lr_scheduler=None)
-    wrapper = marks.save_checkpoint_wrapper(save_checkpoint)
+    wrapper = record_writer.save_checkpoint_wrapper(save_checkpoint)
     result = wrapper(lambda *a, **k: save_checkpoint(engine, *a, **k), engine, (str(tmp_path),), {"tag": "ckpt"})
     return result, tmp_path / "ckpt"
 
@@ -50,4 +50,4 @@ def test_unset_on_or_not_understood_an_armed_save_writes_its_record(value: str |
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     result, tag = _save(tmp_path, monkeypatch, value)
     assert result == "the original's result"
-    assert (tag / marks.FILE_NAME).is_file()
+    assert (tag / record_writer.FILE_NAME).is_file()

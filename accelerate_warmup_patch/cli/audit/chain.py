@@ -3,26 +3,28 @@ release that ran it unrecorded), and what a claim says (record 1, or a record 2 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ... import record_data, releases
 from .. import config_facts
-from .judge import STEP0_ONLY, _applied, _differences, _judge, lrs_text, table_release, unknown_later
+from .judge import STEP0_ONLY, backported_changes, change_applied, judge, table_release, unknown_later
 from .read import Save
+from .report import Lr, Report, lrs_text
 from .verdicts import AFFECTED, NOT_AFFECTED, UNKNOWN
 
 WORST = {NOT_AFFECTED: 0, UNKNOWN: 1, AFFECTED: 2}  # the order of the verdicts, the worst of a run's wins
 
 
-def judge_from_chain(report: dict[str, Any], chain: Save, scheduler: str, params: dict[str, Any],
+def judge_from_chain(report: Report, chain: Save, scheduler: str, params: dict[str, Any],
                       newest: Save, earlier: Save | None = None, *, copy: bool = False) -> None:
     """One verdict from every fact: step 0 from the chain of the newest bound record (unless a gap in it leaves
     it open, ``earlier``), then the later changes the guard table finds in the newest save when the process that
     wrote it ran unpatched. The worst of them wins, and ``why`` names each."""
     record = chain.record
     assert record is not None
-    report["step0_checkpoint"] = str(chain.file)  # the save whose record tells step 0
-    differences = len(report["differences"])
+    report.step0_checkpoint = str(chain.file)  # the save whose record tells step 0
+    differences = len(report.differences)
     found = [step0_from_origin(report, record["step0"], scheduler, params, chain)]
     if earlier is not None and found[0][0] == AFFECTED:
         found[0] = _unless_a_gap(report, scheduler, params, earlier, found[0], differences)
@@ -32,49 +34,49 @@ def judge_from_chain(report: dict[str, Any], chain: Save, scheduler: str, params
         later = _later_changes(report, scheduler, params, newest)
         if later is not None:
             found.append(later)
-    report["verdict"] = max((verdict for verdict, _ in found), key=WORST.__getitem__)
-    report["why"] = "; ".join(why for _, why in found if why)
+    report.verdict = max((verdict for verdict, _ in found), key=WORST.__getitem__)
+    report.why = "; ".join(why for _, why in found if why)
 
 
-def _unless_started_afresh(report: dict[str, Any], scheduler: str, params: dict[str, Any], chain: Save,
+def _unless_started_afresh(report: Report, scheduler: str, params: dict[str, Any], chain: Save,
                            newest: Save, cleared: tuple[str, str]) -> tuple[str, str]:
     """A chain that clears step 0 from a save older than the newest, which has no bound record: the process that
     wrote the newest save resumed from that chain (then it holds) or started afresh, unpatched, into the same
     folder (a rerun that saved fewer tags): only if such a fresh start on the newest save's release would not be
     affected does the chain's answer stand."""
     scratch = _table_reading(report, scheduler, params, newest.version)
-    if scratch["verdict"] == NOT_AFFECTED:
+    if scratch.verdict == NOT_AFFECTED:
         return cleared
-    report["step0_lrs"] = report["step0_lr"] = None
+    report.step0_lrs = report.step0_lr = None
     return UNKNOWN, (f"{cleared[1]} (the record of {chain.tag.name}); but the newest save, {newest.tag.name}, has no "
                      "bound record: its process resumed from that save (then step 0 is as recorded) or started "
                      f"afresh unpatched (then it ran on DeepSpeed {newest.version} as an unpatched run: "
-                     f"{scratch['verdict']}), and the files cannot tell which")
+                     f"{scratch.verdict}), and the files cannot tell which")
 
 
-def _unless_a_gap(report: dict[str, Any], scheduler: str, params: dict[str, Any], earlier: Save,
+def _unless_a_gap(report: Report, scheduler: str, params: dict[str, Any], earlier: Save,
                   harmed: tuple[str, str], differences: int) -> tuple[str, str]:
     """A chain whose step 0 ran unrecorded, in a folder where an earlier save's bound record observed step 0 run
     as 0.19.8 runs it: the unrecorded process resumed from that save (then step 0 is as recorded there) or started
     afresh unpatched (then it is the harm the chain names), and the files cannot tell which."""
     assert earlier.record is not None
-    scratch = {**report, "differences": [], "notes": []}
+    scratch = replace(report, differences=[], notes=[])
     verdict, proof = step0_from_origin(scratch, earlier.record["step0"], scheduler, params, earlier)
     if verdict != NOT_AFFECTED:
         return harmed
-    del report["differences"][differences:]
-    report["step0_lrs"] = report["step0_lr"] = None
+    del report.differences[differences:]
+    report.step0_lrs = report.step0_lr = None
     return UNKNOWN, (f"the chain has a gap: {harmed[1]}; but the record of an earlier save here, "
                      f"{earlier.tag.name}, proves {proof}; if the unrecorded process resumed from it, step 0 is as "
                      "recorded there, if it started afresh unpatched it is the harm above, and the files cannot "
                      "tell which")
 
 
-def _table_reading(report: dict[str, Any], scheduler: str, params: dict[str, Any], release: str) -> dict[str, Any]:
+def _table_reading(report: Report, scheduler: str, params: dict[str, Any], release: str) -> Report:
     """A copy of ``report`` judged by the guard table alone, as if ``release`` had run step 0 unpatched (no later
     change): its verdict, why, step-0 lrs and differences, for the caller to weigh."""
-    scratch = {**report, "differences": [], "notes": [], "verdict": UNKNOWN, "why": ""}
-    return _judge(scratch, scheduler, params, release, release, later=False)
+    scratch = replace(report, differences=[], notes=[], verdict=UNKNOWN, why="")
+    return judge(scratch, scheduler, params, release, release, later=False).onto(scratch)
 
 
 def _patched_process(save: Save) -> bool:
@@ -83,7 +85,7 @@ def _patched_process(save: Save) -> bool:
     return record is not None and bool(record.get("bound")) and record["mode"] in ("reset", "step")
 
 
-def step0_from_origin(report: dict[str, Any], origin: dict[str, Any], scheduler: str, params: dict[str, Any],
+def step0_from_origin(report: Report, origin: dict[str, Any], scheduler: str, params: dict[str, Any],
                        chain: Save) -> tuple[str, str]:
     """Step 0 as the chain tells it (record_data's ``how``): observed, or the release that ran it unrecorded, or
     a reason that it is not known."""
@@ -94,65 +96,65 @@ def step0_from_origin(report: dict[str, Any], origin: dict[str, Any], scheduler:
         return from_table(report, scheduler, params, chain.version, f"the newest bound record ({chain.tag.name}) "
                            "was saved before step 0, and the process that ran it left no bound record", proof=False)
     release = origin.get("deepspeed")
-    report["step0_deepspeed_version"] = release
+    report.step0_deepspeed_version = release
     why = origin.get("why") or how
     if isinstance(release, str):
         # unrecorded: that release ran step 0 unpatched, so the table's reading stands; a claim (unbound, record 1)
         # or an unobserved step: only a class or release that needs no fix clears it
         return from_table(report, scheduler, params, release, why, proof=how == record_data.UNRECORDED)
-    report["step0_lrs"] = report["step0_lr"] = None
+    report.step0_lrs = report.step0_lr = None
     return UNKNOWN, f"{why}; the release that ran step 0 is not known"
 
 
-def _newest_step0_from_table(report: dict[str, Any], scheduler: str, params: dict[str, Any],
-                             release: str) -> list[float | None] | None:
+def _newest_step0_from_table(report: Report, scheduler: str, params: dict[str, Any],
+                             release: str) -> list[Lr] | None:
     """What 0.19.8 runs step 0 at for this config, per group, as the table reads it; None where it cannot."""
     scratch = _table_reading(report, scheduler, params, release)
-    newest = scratch["newest_step0_lrs"]
-    return list(newest) if newest else ([scratch["newest_step0_lr"]] if scratch["newest_step0_lr"] is not None
+    newest = scratch.newest_step0_lrs
+    return list(newest) if newest else ([scratch.newest_step0_lr] if scratch.newest_step0_lr is not None
                                         else None)
 
 
-def _observed(report: dict[str, Any], origin: dict[str, Any], table: list[float | None] | None) -> tuple[str, str]:
+def _observed(report: Report, origin: dict[str, Any], table: list[Lr] | None) -> tuple[str, str]:
     """Step 0 as a patched process saw its optimizer run it, against what 0.19.8 runs it at: the lrs that patch set
     (or found right, or would have set in warn mode), else the table's reading of the config (``table``)."""
     lrs, expected = origin["lrs"], origin["expected"]
     who = f"accelerate-warmup-patch {origin.get('patch') or '?'} ({origin.get('mode') or '?'})"
-    report["step0_lrs"], report["step0_lr"] = lrs, lrs[0] if lrs else None
-    report["step0_deepspeed_version"] = origin["deepspeed"]
+    report.step0_lrs, report.step0_lr = lrs, lrs[0] if lrs else None
+    report.step0_deepspeed_version = origin["deepspeed"]
     if expected is None and table is not None and len(table) == len(lrs) and None not in table:
         expected = table
     ran = f"step 0 ran at {lrs_text(lrs, None)} (observed by {who} on DeepSpeed {origin['deepspeed']})"
     if expected is None:
         return UNKNOWN, f"{ran}; what {releases.NEWEST_DEEPSPEED} runs it at is not known here"
-    report["newest_step0_lrs"], report["newest_step0_lr"] = expected, expected[0] if expected else None
+    report.newest_step0_lrs, report.newest_step0_lr = expected, expected[0] if expected else None
     if record_data.same_lrs(lrs, expected):
         did = {record_data.FIXED: ", which fixed it", record_data.AS_RELEASE: ", which had nothing to change"}.get(
             origin.get("patch_did") or "", "")
         return NOT_AFFECTED, f"{ran}{did}: as {releases.NEWEST_DEEPSPEED} runs it"
     warned = "warned, not fixed: " if origin.get("patch_did") == record_data.WARNED else ""
-    report["differences"].append(f"{warned}{ran}, {releases.NEWEST_DEEPSPEED} runs it at {lrs_text(expected, None)}")
-    return AFFECTED, report["differences"][-1]
+    report.differences.append(f"{warned}{ran}, {releases.NEWEST_DEEPSPEED} runs it at {lrs_text(expected, None)}")
+    return AFFECTED, report.differences[-1]
 
 
-def from_table(report: dict[str, Any], scheduler: str, params: dict[str, Any], release: str, why: str, *,
+def from_table(report: Report, scheduler: str, params: dict[str, Any], release: str, why: str, *,
                 proof: bool) -> tuple[str, str]:
     """Step 0 judged by the guard table on ``release``. ``proof``: that release is known to have run step 0
     unpatched, so the table's answer stands; otherwise only a class or release that needs no fix clears it."""
     scratch = _table_reading(report, scheduler, params, release)
-    for key in ("step0_lr", "newest_step0_lr", "step0_lrs", "newest_step0_lrs"):
-        report[key] = scratch[key]
-    report["notes"].extend(scratch["notes"])
-    verdict = scratch["verdict"]
+    report.step0_lr, report.newest_step0_lr = scratch.step0_lr, scratch.newest_step0_lr
+    report.step0_lrs, report.newest_step0_lrs = scratch.step0_lrs, scratch.newest_step0_lrs
+    report.notes.extend(scratch.notes)
+    verdict = scratch.verdict
     if verdict == NOT_AFFECTED or proof:
-        report["differences"].extend(scratch["differences"])
-        return verdict, f"{scratch['why']} ({why})" if scratch["why"] else why
-    report["step0_lrs"] = report["step0_lr"] = None
+        report.differences.extend(scratch.differences)
+        return verdict, f"{scratch.why} ({why})" if scratch.why else why
+    report.step0_lrs = report.step0_lr = None
     return UNKNOWN, (f"{why}; unpatched on DeepSpeed {release}, this run would be {verdict}, and nothing bound to "
                      "these files says how its step 0 really ran")
 
 
-def _later_changes(report: dict[str, Any], scheduler: str, params: dict[str, Any],
+def _later_changes(report: Report, scheduler: str, params: dict[str, Any],
                    newest: Save) -> tuple[str, str] | None:
     """The backported changes the steps after step 0 meet (a default peak, the cosine past total_num_steps, ...)
     on the newest save's release, where the process that wrote that save ran unpatched (a warn-mode process, or one
@@ -165,14 +167,14 @@ def _later_changes(report: dict[str, Any], scheduler: str, params: dict[str, Any
         return None if why is None else (UNKNOWN, f"{why} (in the newest save's process, {newest.tag.name}, which "
                                                   "ran unpatched)")
     found: list[tuple[str, str]] = []
-    for change in _differences(scheduler, release, params):
+    for change in backported_changes(scheduler, release, params):
         if change.key in STEP0_ONLY:
             continue  # the chain's step 0 above
-        applied, how = _applied(change, report, params, release)
+        applied, how = change_applied(change, report, params, release)
         if applied:
-            report["differences"].append(f"{config_facts.label(change)}: {how} (in the newest save's process, "
-                                         f"{newest.tag.name}, which ran unpatched)")
-            found.append((AFFECTED, report["differences"][-1]))
+            report.differences.append(f"{config_facts.label(change)}: {how} (in the newest save's process, "
+                                      f"{newest.tag.name}, which ran unpatched)")
+            found.append((AFFECTED, report.differences[-1]))
         elif applied is None:
             found.append((UNKNOWN, f"{config_facts.label(change)}: {how}"))
     if not found:
@@ -183,31 +185,31 @@ def _later_changes(report: dict[str, Any], scheduler: str, params: dict[str, Any
 
 # A claim: record 1, or a record 2 that says it is unbound --------------------------------------------------
 
-def apply_claim(report: dict[str, Any], record: dict[str, Any]) -> None:
+def apply_claim(report: Report, record: dict[str, Any]) -> None:
     """What an unbound record says about step 0: a harm it names counts (doubt needs only a reason); a fix it
     claims clears nothing (it is bound to no file: a rerun or a copy leaves it beside other saves)."""
     scheduler = record["scheduler"]
     who = f"accelerate-warmup-patch {record['version']} ({record['mode']})"
     kind = "a record 1 (0.5.0)" if record["record"] == 1 else "an unbound record"
     if scheduler is None:
-        report["notes"].append(f"{who} recorded no lr scheduler in the engine")
+        report.notes.append(f"{who} recorded no lr scheduler in the engine")
         return
     step0, before, after = scheduler["step0"], scheduler["lrs_before"], scheduler["lrs_after"]
-    if report["scheduler"] is None:
-        report["scheduler"] = scheduler["class"]
+    if report.scheduler is None:
+        report.scheduler = scheduler["class"]
     if step0 == record_data.WARNED and before:
-        report["verdict"] = AFFECTED
-        report["why"] = (f"warned, not fixed ({who}): step 0 ran at {lrs_text(before, None)}, reset mode would have "
-                         f"run it at {lrs_text(after, None)}")
-        report["step0_lrs"], report["step0_lr"] = before, before[0]
+        report.verdict = AFFECTED
+        report.why = (f"warned, not fixed ({who}): step 0 ran at {lrs_text(before, None)}, reset mode would have "
+                      f"run it at {lrs_text(after, None)}")
+        report.step0_lrs, report.step0_lr = before, before[0]
     elif step0 in (record_data.FIXED, record_data.AS_RELEASE, record_data.EARLIER_PROCESS) and \
-            report["verdict"] != NOT_AFFECTED:
-        unpatched = report["verdict"]
-        report["verdict"] = UNKNOWN
-        report["why"] = (f"{kind} of {who} says step 0 was {step0}, but it is bound to no file, so it proves "
-                         f"nothing about these saves; unpatched, this run would be {unpatched}: "
-                         f"{report['why'] or 'the files do not say why'}")
-        report["step0_lrs"] = report["step0_lr"] = None
+            report.verdict != NOT_AFFECTED:
+        unpatched = report.verdict
+        report.verdict = UNKNOWN
+        report.why = (f"{kind} of {who} says step 0 was {step0}, but it is bound to no file, so it proves "
+                      f"nothing about these saves; unpatched, this run would be {unpatched}: "
+                      f"{report.why or 'the files do not say why'}")
+        report.step0_lrs = report.step0_lr = None
     elif step0 in (record_data.LEFT, "unknown"):
-        report["notes"].append(f"{who} recorded step 0 as {step0!r} ({scheduler['why'] or 'no reason given'}): "
-                               "judged from the checkpoint as an unpatched run")
+        report.notes.append(f"{who} recorded step 0 as {step0!r} ({scheduler['why'] or 'no reason given'}): "
+                            "judged from the checkpoint as an unpatched run")

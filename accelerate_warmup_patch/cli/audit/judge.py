@@ -1,72 +1,92 @@
 """The guard table's verdict on one save: step 0 and the backported changes that apply from the start, on the
-release that ran them and the scheduler config it ran with (``releases``, through ``config_facts``), as a report's
-fields; the report's blank shape and the lr text every writer uses. ``chain`` and ``saves`` ask it; ``run_report``
-puts one run's verdict together."""
+release that ran them and the scheduler config it ran with (``releases``, through ``config_facts``), as a typed
+``Verdict`` the caller puts into its report. ``chain`` and ``saves`` ask it; ``run_report`` puts one run's verdict
+together."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from ... import releases
 from .. import config_facts
 from .read import number
+from .report import Lr, Report, lr_text
 from .verdicts import AFFECTED, NOT_AFFECTED, UNKNOWN, UNREADABLE
 
 # the guard table's changes that decide only the lr step 0 runs at (a bound record's chain tells that step)
 STEP0_ONLY = ("start", "get_lr_before_start", "ratio_before_start")
 
 
-def blank_report(path: str) -> dict[str, Any]:
-    return {
-        "path": path, "checkpoint": None, "deepspeed_version": None, "step0_checkpoint": None,
-        "step0_deepspeed_version": None, "scheduler": None, "params": None, "optimizer_lr": None,
-        "param_groups": None, "global_steps": None, "last_batch_iteration": None, "step0_lr": None,
-        "newest_step0_lr": None, "step0_lrs": None, "newest_step0_lrs": None, "record": None, "differences": [],
-        "notes": [], "verdict": UNKNOWN, "why": ""}
+@dataclass(frozen=True)
+class Step0Lrs:
+    """The lr each group ran step 0 at and the reference release's, as the table reads them."""
+
+    ran: list[Lr]
+    newest: list[Lr]
+    per_group: bool  # the file holds the groups' count: the per-group lists are reported too
 
 
-def unreadable_report(report: dict[str, Any], why: str) -> dict[str, Any]:
-    report["verdict"], report["why"] = UNREADABLE, why
-    return report
+@dataclass
+class Verdict:
+    """The table's verdict on one save: the verdict and why, the step-0 lrs where it can say them, the differences
+    that made it ``affected`` and the notes to add."""
+
+    verdict: str = UNKNOWN
+    why: str = ""
+    lrs: Step0Lrs | None = None
+    differences: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def onto(self, report: Report) -> Report:
+        """Puts the verdict into ``report``: its verdict, why and step-0 lrs (where said); the differences and notes
+        after the report's own."""
+        report.verdict, report.why = self.verdict, self.why
+        if self.lrs is not None:
+            report.step0_lr, report.newest_step0_lr = self.lrs.ran[0], self.lrs.newest[0]
+            if self.lrs.per_group:
+                report.step0_lrs, report.newest_step0_lrs = self.lrs.ran, self.lrs.newest
+        report.differences.extend(self.differences)
+        report.notes.extend(self.notes)
+        return report
 
 
-def _judge(report: dict[str, Any], scheduler: str, params: dict[str, Any], version: str,
-           newest_version: str, *, later: bool = True) -> dict[str, Any]:
+def judge(report: Report, scheduler: str, params: dict[str, Any], version: str, newest_version: str, *,
+          later: bool = True) -> Verdict:
     """Step 0 and the backported changes that apply from the start, on ``version`` (the release of the earliest
-    save); the cosine past total_num_steps, which the last steps meet, on ``newest_version``."""
+    save); the cosine past total_num_steps, which the last steps meet, on ``newest_version``. Reads the report's
+    optimizer lr, groups and iteration; changes nothing in it."""
+    found = Verdict()
     try:
         level = releases.deepspeed_support(version)
     except ValueError:
-        return unreadable_report(report, f"ds_version {version!r} is not a release number")
+        found.verdict, found.why = UNREADABLE, f"ds_version {version!r} is not a release number"
+        return found
     if releases.not_the_release(version) is not None:
-        known = _build_as_release(report, version)
+        known = _build_as_release(found, version)
         if known is None:
-            return report
+            return found
         version, level = known, releases.deepspeed_support(known)
     if scheduler not in releases.scheduler_classes():
-        report["why"] = f"scheduler type {scheduler!r} is not one of DeepSpeed's the table knows"
-        return report
+        found.why = f"scheduler type {scheduler!r} is not one of DeepSpeed's the table knows"
+        return found
     fact = releases.start_fact(scheduler, version)
-    groups = report["param_groups"]
+    groups = report.param_groups
     if releases.never_affected(scheduler):
         if fact is not None:
-            ran, newest = step0lrs_text(fact.value, scheduler, params, report["optimizer_lr"], groups or 1)
-            report["step0_lr"], report["newest_step0_lr"] = ran[0], newest[0]
-            if groups:
-                report["step0_lrs"], report["newest_step0_lrs"] = ran, newest
-        report["verdict"], report["why"] = NOT_AFFECTED, f"{scheduler} sets the lr when built, on every release"
-        return report
+            ran, newest = step0_lrs(fact.value, scheduler, params, report.optimizer_lr, groups or 1)
+            found.lrs = Step0Lrs(ran, newest, per_group=bool(groups))
+        found.verdict, found.why = NOT_AFFECTED, f"{scheduler} sets the lr when built, on every release"
+        return found
     if level is releases.Support.UNSUPPORTED or fact is None:
-        report["why"] = (f"DeepSpeed {version} is older than the guard table ({releases.DEEPSPEED_FLOOR}) or has no "
-                         f"{scheduler}: the table does not say what it did")
-        return report
+        found.why = (f"DeepSpeed {version} is older than the guard table ({releases.DEEPSPEED_FLOOR}) or has no "
+                     f"{scheduler}: the table does not say what it did")
+        return found
     if level is releases.Support.UNTESTED:
-        report["notes"].append(f"DeepSpeed {version} is newer than the table: assumed to run as "
-                               f"{releases.NEWEST_DEEPSPEED}")
-    ran, newest = step0lrs_text(fact.value, scheduler, params, report["optimizer_lr"], groups or 1)
-    report["step0_lr"], report["newest_step0_lr"] = ran[0], newest[0]
-    if groups:
-        report["step0_lrs"], report["newest_step0_lrs"] = ran, newest
+        found.notes.append(f"DeepSpeed {version} is newer than the table: assumed to run as "
+                           f"{releases.NEWEST_DEEPSPEED}")
+    ran, newest = step0_lrs(fact.value, scheduler, params, report.optimizer_lr, groups or 1)
+    found.lrs = Step0Lrs(ran, newest, per_group=bool(groups))
     hurt, unsure = [], []
     start_missing = releases.lacks("start", scheduler, version)
     for index, (before, after) in enumerate(zip(ran, newest)):
@@ -82,45 +102,45 @@ def _judge(report: dict[str, Any], scheduler: str, params: dict[str, Any], versi
                       "0; the file does not say how many groups there were")
     newest_release = table_release(newest_version)
     last_steps = [] if newest_release is None else \
-        [c for c in _differences(scheduler, newest_release, params) if c.key == "ratio_past_warmup"]
+        [c for c in backported_changes(scheduler, newest_release, params) if c.key == "ratio_past_warmup"]
     unknown = unknown_later(report, scheduler, params, newest_version, ("ratio_past_warmup",)) \
         if later and newest_release is None else None
     if unknown is not None:
         unsure.append(f"{unknown} (the newest save's process)")
-    for change in [c for c in _differences(scheduler, version, params) if c.key != "ratio_past_warmup"] + \
+    for change in [c for c in backported_changes(scheduler, version, params) if c.key != "ratio_past_warmup"] + \
             (last_steps if later else []):
         if change.key in STEP0_ONLY:
             continue  # the step-0 lrs above
-        applied, how = _applied(change, report, params, version)
+        applied, how = change_applied(change, report, params, version)
         if applied is None:
             unsure.append(f"{config_facts.label(change)}: {how}")
         elif applied:
-            report["differences"].append(f"{config_facts.label(change)}: {how}")
-    report["differences"][:0] = hurt
-    if hurt or report["differences"]:
-        report["verdict"] = AFFECTED
-        report["why"] = "; ".join(report["differences"])
+            found.differences.append(f"{config_facts.label(change)}: {how}")
+    found.differences[:0] = hurt
+    if found.differences:
+        found.verdict = AFFECTED
+        found.why = "; ".join(found.differences)
     elif unsure:
-        report["why"] = "; ".join(unsure)
+        found.why = "; ".join(unsure)
     else:
-        report["verdict"] = NOT_AFFECTED
-        report["why"] = (f"step 0 ran at {lr_text(ran[0])}, as on {releases.NEWEST_DEEPSPEED}, and no other backported "
-                         "change applied")
-    if unsure and report["verdict"] == AFFECTED:
-        report["notes"].extend(unsure)
-    return report
+        found.verdict = NOT_AFFECTED
+        found.why = (f"step 0 ran at {lr_text(ran[0])}, as on {releases.NEWEST_DEEPSPEED}, and no other backported "
+                     "change applied")
+    if unsure and found.verdict == AFFECTED:
+        found.notes.extend(unsure)
+    return found
 
 
-def _build_as_release(report: dict[str, Any], version: str) -> str | None:
+def _build_as_release(found: Verdict, version: str) -> str | None:
     """A ds_version that is no release's number: a vendor build whose code the table knows is judged as the release
     it carries (its differences noted); any other build is unknown, with the reason (its number says nothing sure
     about its code: pip install from git before or after a fix, a cherry-pick, a fork)."""
     vendor = releases.vendor_build(version)
     if vendor is not None:
-        report["notes"].append(f"DeepSpeed {version} is {vendor.name}: upstream {vendor.carries}'s schedulers; "
+        found.notes.append(f"DeepSpeed {version} is {vendor.name}: upstream {vendor.carries}'s schedulers; "
                                f"{vendor.differences}")
         return vendor.carries
-    report["why"] = (f"DeepSpeed {version} is {releases.not_the_release(version)}: the table does not know its "
+    found.why = (f"DeepSpeed {version} is {releases.not_the_release(version)}: the table does not know its "
                      "schedulers' code (a build from git before or after a fix, a cherry-pick, a vendor's fork), and "
                      "no record bound to these files says how its step 0 ran")
     return None
@@ -139,15 +159,15 @@ def table_release(version: str) -> str | None:
     return vendor.carries if vendor is not None else None
 
 
-def unknown_later(report: dict[str, Any], scheduler: str, params: dict[str, Any], version: str,
+def unknown_later(report: Report, scheduler: str, params: dict[str, Any], version: str,
                   keys: tuple[str, ...] | None = None) -> str | None:
     """On ``version``, a build whose code the table does not know (``table_release`` None): the backported changes
     after step 0 (of ``keys``, or all) that this save and its params could meet on some release of the table, named,
     with why nothing sure is said of them; None where none could (the params or the saved iteration rule each out)."""
     floor = releases.DEEPSPEED_FLOOR  # the oldest release read lacks every change: what any code might lack
-    could = [config_facts.label(c) for c in _differences(scheduler, floor, params)
+    could = [config_facts.label(c) for c in backported_changes(scheduler, floor, params)
              if c.key not in STEP0_ONLY and (keys is None or c.key in keys)
-             and _applied(c, report, params, floor)[0] is not False]
+             and change_applied(c, report, params, floor)[0] is not False]
     if not could:
         return None
     try:
@@ -158,15 +178,15 @@ def unknown_later(report: dict[str, Any], scheduler: str, params: dict[str, Any]
             f"{'it' if len(could) == 1 else 'them'}")
 
 
-def _differences(scheduler: str, version: str, params: dict[str, Any]) -> tuple[releases.Change, ...]:
+def backported_changes(scheduler: str, version: str, params: dict[str, Any]) -> tuple[releases.Change, ...]:
     try:
         return config_facts.differences(scheduler, version, params)
     except ValueError:  # a ds_version that is not a release number: the step-0 release was already checked
         return ()
 
 
-def step0lrs_text(how: releases.Start, scheduler: str, params: dict[str, Any], lr: float | None,
-              groups: int) -> tuple[list[float | None], list[float | None]]:
+def step0_lrs(how: releases.Start, scheduler: str, params: dict[str, Any], lr: Lr,
+              groups: int) -> tuple[list[Lr], list[Lr]]:
     """The lr each group ran optimizer step 0 at on a release that starts the class this way, and on 0.19.8
     (every group at its start: warmup_min_lr, 0.0 for WarmupCosineLR, cycle_min_lr for OneCycle). Group 0 runs
     at the optimizer's lr from the config; groups 1+ at their own lr, which no checkpoint holds (None)."""
@@ -174,7 +194,7 @@ def step0lrs_text(how: releases.Start, scheduler: str, params: dict[str, Any], l
     start = params.get(name, default) if name else default
     newest = [number(m) for m in start] if isinstance(start, (list, tuple)) else [number(start)] * groups
     newest = (newest + [None] * groups)[:groups]
-    own: list[float | None] = [lr] + [None] * (groups - 1)
+    own: list[Lr] = [lr] + [None] * (groups - 1)
     if how is releases.Start.SETS_EVERY_GROUP:
         return list(newest), newest
     if how is releases.Start.SETS_GROUP_0_ONLY:
@@ -182,12 +202,12 @@ def step0lrs_text(how: releases.Start, scheduler: str, params: dict[str, Any], l
     return own, newest
 
 
-def _applied(change: releases.Change, report: dict[str, Any], params: dict[str, Any],
-             version: str) -> tuple[bool | None, str]:
+def change_applied(change: releases.Change, report: Report, params: dict[str, Any],
+                   version: str) -> tuple[bool | None, str]:
     """Whether a backported change the release lacks changed an lr this run used (None: the file cannot say)."""
     if change.key == "default_peak":
         peak = releases.warmup_max_lr_default(version)
-        lr, groups = report["optimizer_lr"], report["param_groups"]
+        lr, groups = report.optimizer_lr, report.param_groups
         if peak is releases.MaxLrDefault.CONSTANT:
             if lr is not None and lr != releases.DEFAULT_PEAK:
                 return True, (f"no warmup_max_lr: the warmup peaked at {releases.DEFAULT_PEAK}, 0.19.8 at the "
@@ -200,7 +220,7 @@ def _applied(change: releases.Change, report: dict[str, Any], params: dict[str, 
                           "differ unless their lr was that peak (the file does not hold the groups' lrs)")
         return False, ""
     if change.key == "ratio_past_warmup":
-        return _past_the_cosine(params, report["last_batch_iteration"])
+        return _past_the_cosine(params, report.last_batch_iteration)
     if change.key == "unknown_warmup_type":
         return True, (f"warmup_type {params.get('warmup_type')!r}: this release fails at the first step, 0.19.8 "
                       "warns and runs log")
@@ -221,21 +241,3 @@ def _past_the_cosine(params: dict[str, Any], iteration: int | None) -> tuple[boo
         return True, (f"steps past total_num_steps={total} ran (to iteration {last_used}): their cosine swung back "
                       "up, 0.19.8 holds cos_min_ratio")
     return False, ""
-
-
-def lr_text(value: float | str | None) -> str:
-    """An lr as the report shows it: ``?`` where unknown; NaN and infinities (strings in the JSON) as such."""
-    if value is None:
-        return "?"
-    return value if isinstance(value, str) else f"{value:g}"
-
-
-def lrs_text(per_group: list[float | str | None] | None, first: float | str | None) -> str:
-    if per_group:
-        return ", ".join(lr_text(v) for v in per_group)
-    return lr_text(first)
-
-
-def blank_row(path: str) -> dict[str, Any]:
-    """A report with nothing read yet, its fields in the order every report has them (engine after path)."""
-    return {"path": path, "engine": None, **blank_report(path)}

@@ -14,8 +14,9 @@ from . import checkpoint_pickle
 from .chain import apply_claim, from_table, judge_from_chain
 from .checkpoint_pickle import Unreadable
 from .find import Run
-from .judge import _judge, blank_report, blank_row, unreadable_report
+from .judge import judge
 from .read import Save, number, read_save
+from .report import Report
 from .saves import (
     converted_elsewhere,
     copied_from,
@@ -30,22 +31,22 @@ from .saves import (
 from .verdicts import AFFECTED, NOT_AFFECTED, UNKNOWN
 
 
-def audit_run(run: Run, config_root: str | None = None) -> dict[str, Any]:
+def audit_run(run: Run, config_root: str | None = None) -> Report:
     """The report of one run: step 0 judged from its earliest save that took a step (and the patch's record
     there), the later changes from its newest save; never raises."""
-    report = blank_report(str(run.path))
-    report["notes"].extend(run.notes)
+    report = Report(str(run.path))
+    report.notes.extend(run.notes)
     try:
         return _audit_run(run, report, config_root)
     except Unreadable as error:
-        return unreadable_report(report, str(error))
+        return report.unreadable(str(error))
     except Exception as error:  # a bug of ours on an odd file: that run's line, not a traceback
-        return unreadable_report(report, f"the audit failed on it ({type(error).__name__}: {str(error)[:200]})")
+        return report.unreadable(f"the audit failed on it ({type(error).__name__}: {str(error)[:200]})")
 
 
-def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dict[str, Any]:
+def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
     newest = read_save(run.tag, config_root, run.store)
-    report["checkpoint"], report["deepspeed_version"] = str(newest.file), newest.version
+    report.checkpoint, report.deepspeed_version = str(newest.file), newest.version
     read: dict[PurePath, Save] = {run.tag: newest}
     first = newest
     for tag in run.tags[:-1]:  # the earliest save that took an optimizer step (or does not say), else the newest
@@ -53,25 +54,25 @@ def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dic
         if save is not None and (step_counts(save).ran is not False or save.record is not None):
             first = save
             break
-    report["step0_checkpoint"], report["step0_deepspeed_version"] = str(first.file), first.version
-    report["notes"].extend(newest.notes if first is newest else [*first.notes, *newest.notes])
-    report["global_steps"], report["last_batch_iteration"] = newest.global_steps, newest.iteration
+    report.step0_checkpoint, report.step0_deepspeed_version = str(first.file), first.version
+    report.notes.extend(newest.notes if first is newest else [*first.notes, *newest.notes])
+    report.global_steps, report.last_batch_iteration = newest.global_steps, newest.iteration
     if first.version != newest.version:
-        report["notes"].append(f"saves of two DeepSpeed releases: {first.version} ({first.tag.name}, the earliest "
-                               f"that took a step) and {newest.version} ({newest.tag.name}, the newest); step 0 is "
-                               f"judged from {first.version}, the later changes from {newest.version}")
+        report.notes.append(f"saves of two DeepSpeed releases: {first.version} ({first.tag.name}, the earliest "
+                            f"that took a step) and {newest.version} ({newest.tag.name}, the newest); step 0 is "
+                            f"judged from {first.version}, the later changes from {newest.version}")
     config = first.config
     optimizer = config.get("optimizer") if isinstance(config.get("optimizer"), dict) else {}
     opt_params = optimizer.get("params") if isinstance(optimizer, dict) else None
-    report["optimizer_lr"] = number(opt_params.get("lr")) if isinstance(opt_params, dict) else None
-    report["param_groups"] = first.groups
+    report.optimizer_lr = number(opt_params.get("lr")) if isinstance(opt_params, dict) else None
+    report.param_groups = first.groups
     counts = [step_counts(save) for save in ([first] if first is newest else [first, newest])]
-    report["notes"].extend(count.disagree for count in counts if count.disagree)
+    report.notes.extend(count.disagree for count in counts if count.disagree)
     if all(count.ran is False for count in counts):
-        report["record"] = newest.record
-        report["verdict"] = NOT_AFFECTED
-        report["why"] = ("0 optimizer steps (global_steps, the scheduler's iteration and the optimizer's state agree): "
-                         "no step ran, so no lr was used yet (the release that resumes it decides)")
+        report.record = newest.record
+        report.verdict = NOT_AFFECTED
+        report.why = ("0 optimizer steps (global_steps, the scheduler's iteration and the optimizer's state agree): "
+                      "no step ran, so no lr was used yet (the release that resumes it decides)")
         return report
     chain = newest_bound_record(run, read, report, config_root)
     copy_of = copied_from(run, newest, report, config_root) if chain is None and newest.record is None else None
@@ -79,43 +80,42 @@ def _audit_run(run: Run, report: dict[str, Any], config_root: str | None) -> dic
         chain = copy_of
     if chain is None and copy_of is None:
         chain = same_engine_record(run, read, report, config_root, newest)
-    report["record"] = chain.record if chain is not None else first.record
+    report.record = chain.record if chain is not None else first.record
     if chain is None and first.record is None and isinstance(first.global_steps, int) and first.global_steps > 0:
-        report["notes"].append(f"step 0 ran before the save {first.tag.name} ({first.global_steps} optimizer "
-                               "steps), in this job or one it resumed from; no record of the patch says otherwise")
+        report.notes.append(f"step 0 ran before the save {first.tag.name} ({first.global_steps} optimizer "
+                            "steps), in this job or one it resumed from; no record of the patch says otherwise")
     block = config.get("scheduler")
     if first.config_problem is not None:
-        report["why"] = first.config_problem
+        report.why = first.config_problem
         return report
     if not isinstance(block, dict) or not block.get("type"):
-        report["why"] = "no scheduler in the ds_config: " + _scheduler_in_code(first.scheduler_state)
+        report.why = "no scheduler in the ds_config: " + _scheduler_in_code(first.scheduler_state)
         return report
     scheduler, params = schedule(block, first)
-    report["scheduler"], report["params"] = scheduler, params
-    report["notes"].extend(config_facts.refused_later(scheduler, params))
+    report.scheduler, report.params = scheduler, params
+    report.notes.extend(config_facts.refused_later(scheduler, params))
     if copy_of is not None and copy_of.record is not None and not copy_of.record.get("bound"):
         # a copy of a recorded save whose model states hold no weights: that record is a claim about these files
-        report["verdict"], report["why"] = from_table(report, scheduler, params, newest.version,
-                                                       copy_of.record.get("why", ""), proof=False)
+        report.verdict, report.why = from_table(report, scheduler, params, newest.version,
+                                                 copy_of.record.get("why", ""), proof=False)
         return report
     converted = converted_elsewhere(run, newest, config_root) if chain is None and copy_of is None else None
     if converted is not None:  # a conversion of a save elsewhere: only a release or class that needs no fix clears it
-        report["verdict"], report["why"] = from_table(report, scheduler, params, newest.version, converted,
-                                                       proof=False)
+        report.verdict, report.why = from_table(report, scheduler, params, newest.version, converted, proof=False)
         return report
     if chain is not None:
         earlier = earlier_proof(run, read, report, config_root, chain)
         judge_from_chain(report, chain, scheduler, params, newest, earlier, copy=chain is copy_of)
         every_save(run, read, report, config_root, judged=(chain, newest), scheduler=scheduler, params=params)
         return report
-    _judge(report, scheduler, params, first.version, newest.version)
+    judge(report, scheduler, params, first.version, newest.version).onto(report)
     if first.record is not None:
         apply_claim(report, first.record)
     unsure = next((count.disagree for count in counts if count.ran is None and count.disagree), None)
-    if unsure is not None and report["verdict"] == AFFECTED:
+    if unsure is not None and report.verdict == AFFECTED:
         # the scheduler moved and nothing shows an optimizer step: user code may have stepped it ahead of training
-        report["verdict"], report["step0_lrs"], report["step0_lr"] = UNKNOWN, None, None
-        report["why"] = (f"{unsure}; if an optimizer step ran, this run is affected: {report['why']}")
+        report.verdict, report.step0_lrs, report.step0_lr = UNKNOWN, None, None
+        report.why = (f"{unsure}; if an optimizer step ran, this run is affected: {report.why}")
     every_save(run, read, report, config_root, judged=(first,), scheduler=scheduler, params=params)
     return report
 
@@ -138,15 +138,15 @@ def _scheduler_in_code(state: Any) -> str:
 def judged_report(run: Run, config_root: str | None) -> dict[str, Any]:
     """One run's report as plain JSON data, its engine named; never raises (one process's or a worker's)."""
     report = audit_run(run, config_root)
-    return _plain_report({"path": report["path"], "engine": run.engine, **report})
+    report.engine = run.engine
+    return _plain_report(report)
 
 
-def _plain_report(report: dict[str, Any]) -> dict[str, Any]:
+def _plain_report(report: Report) -> dict[str, Any]:
     """The report as plain JSON data; a value that will not go (a nest past the bound, say) makes it unreadable."""
     try:
-        plain = checkpoint_pickle.plain(report)
+        plain = checkpoint_pickle.plain(report.row())
         json.dumps(plain)
         return plain  # type: ignore[no-any-return]
     except (Unreadable, ValueError, TypeError, RecursionError) as error:
-        return unreadable_report({**blank_row(str(report.get("path"))), "engine": report.get("engine")},
-                                 f"its report cannot be written ({error})")
+        return Report(report.path, engine=report.engine).unreadable(f"its report cannot be written ({error})").row()

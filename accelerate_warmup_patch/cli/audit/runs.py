@@ -14,7 +14,7 @@ from typing import Any
 
 from . import stores
 from .find import NoRun, Run, Symlinked, Unsearched, walk
-from .judge import blank_row, unreadable_report
+from .report import Report
 from .summary import Summary
 from .verdicts import SKIPPED
 
@@ -69,12 +69,12 @@ def _one_path(path: str, options: Options, tally: Summary, seen: dict[str, str] 
         if isinstance(item, Symlinked):
             tally.symlinked += 1
             if options.verbose and _mine(relative, options.shard):
-                yield Row({**blank_row(str(item.path)), "verdict": SKIPPED, "why": "a symlink to a folder: not "
-                            "followed (name it as a PATH to audit what it points to)"})
+                yield Row(Report(str(item.path), verdict=SKIPPED, why="a symlink to a folder: not followed (name it "
+                                 "as a PATH to audit what it points to)").row())
             continue
         if isinstance(item, Unsearched):
             if _mine(relative, options.shard):
-                yield Row(unreadable_report(blank_row(str(item.path)), item.why))
+                yield Row(Report(str(item.path)).unreadable(item.why).row())
             continue
         if seen is not None:
             key = os.path.normpath(os.path.join(real_root, _relative(item.tag, prefix)))
@@ -87,9 +87,9 @@ def _one_path(path: str, options: Options, tally: Summary, seen: dict[str, str] 
         if _mine(relative, options.shard):
             yield item
     if again and not new and _mine(".", options.shard):  # a PATH named twice, or through a link: still its line
-        yield Row({**blank_row(path), "verdict": SKIPPED,
-                    "why": f"the same run{'s' if len(again) > 1 else ''} as {', '.join(dict.fromkeys(again))}, "
-                           "reported once (above)"})
+        yield Row(Report(path, verdict=SKIPPED,
+                         why=f"the same run{'s' if len(again) > 1 else ''} as {', '.join(dict.fromkeys(again))}, "
+                             "reported once (above)").row())
 
 
 def _relative(found: PurePath, prefix: str) -> str:

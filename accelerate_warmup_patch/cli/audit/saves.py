@@ -3,7 +3,7 @@ the engine each save belongs to, and the earlier saves a chain is read from."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePath
 from typing import Any
 
@@ -12,8 +12,9 @@ from . import checkpoint_pickle
 from .chain import WORST, step0_from_origin
 from .checkpoint_pickle import Unreadable
 from .find import Run
-from .judge import _judge
+from .judge import judge
 from .read import Save, number, read_save
+from .report import Report
 from .stores import Store
 from .verdicts import AFFECTED, NOT_AFFECTED, RECORD_FILE, UNKNOWN
 
@@ -31,7 +32,7 @@ def schedule(block: dict[str, Any], save: Save) -> tuple[str, dict[str, Any]]:
 _NAMED_SAVES = 3  # the saves a verdict's why names one by one (a run may hold hundreds)
 
 
-def every_save(run: Run, read: dict[PurePath, Save], report: dict[str, Any], config_root: str | None, *,
+def every_save(run: Run, read: dict[PurePath, Save], report: Report, config_root: str | None, *,
                 judged: tuple[Save, ...], scheduler: str, params: dict[str, Any]) -> None:
     """A run judged ``not affected`` from some of its saves stays so only if no other save that took a step says
     otherwise (its own, and those of the folder's other tag names that hold the same model: a tag's name does not
@@ -39,7 +40,7 @@ def every_save(run: Run, read: dict[PurePath, Save], report: dict[str, Any], con
     bound record vouches for was written by a process that resumed from a save here or started afresh unpatched, and
     where such a fresh start on its release would not be ``not affected``, the files cannot tell which
     (``unknown``). Each save is read once and not kept (a run with many saves costs one bounded read each)."""
-    if report["verdict"] != NOT_AFFECTED:
+    if report.verdict != NOT_AFFECTED:
         return  # affected is the worst already; unknown cannot be cleared by another save
     found: list[tuple[str, str]] = []
     model = read[run.tag].model if run.tag in read else None
@@ -64,11 +65,11 @@ def every_save(run: Run, read: dict[PurePath, Save], report: dict[str, Any], con
     worst = [item for item in found if item[0] != NOT_AFFECTED]
     if worst:
         verdict = max((verdict for verdict, _ in worst), key=WORST.__getitem__)
-        report["verdict"] = verdict
+        report.verdict = verdict
         more = [f"and {len(worst) - _NAMED_SAVES} more saves"] if len(worst) > _NAMED_SAVES else []
-        report["why"] = "; ".join([*(why for _, why in worst[:_NAMED_SAVES]), *more, f"the rest: {report['why']}"])
+        report.why = "; ".join([*(why for _, why in worst[:_NAMED_SAVES]), *more, f"the rest: {report.why}"])
         if verdict == UNKNOWN:
-            report["step0_lrs"] = report["step0_lr"] = None
+            report.step0_lrs = report.step0_lr = None
 
 
 def _same_engine(sibling: Save, model: str | None, steps: set[Any]) -> bool:
@@ -80,21 +81,21 @@ def _same_engine(sibling: Save, model: str | None, steps: set[Any]) -> bool:
     return sibling.global_steps not in steps
 
 
-def _vouched(report: dict[str, Any], save: Save, scheduler: str, params: dict[str, Any]) -> tuple[str, str]:
+def _vouched(report: Report, save: Save, scheduler: str, params: dict[str, Any]) -> tuple[str, str]:
     """Step 0 as another save's bound record tells it: an observed harm is proof; any other doubt is ``unknown``
     (its chain may have a gap that an earlier record closes)."""
     assert save.record is not None
-    scratch = {**report, "differences": [], "notes": []}
+    scratch = replace(report, differences=[], notes=[])
     verdict, why = step0_from_origin(scratch, save.record["step0"], scheduler, params, save)
     if verdict == NOT_AFFECTED:
         return verdict, why
     if verdict == AFFECTED and save.record["step0"]["how"] == record_data.OBSERVED:
-        report["differences"].extend(scratch["differences"])
+        report.differences.extend(scratch.differences)
         return AFFECTED, f"the record of the save {save.tag.name} says: {why}"
     return UNKNOWN, f"the record of the save {save.tag.name} does not prove step 0: {why}"
 
 
-def _fresh_start(report: dict[str, Any], save: Save) -> tuple[str, str]:
+def _fresh_start(report: Report, save: Save) -> tuple[str, str]:
     """A save no bound record vouches for: its process resumed from another save, or started afresh unpatched
     (a rerun into the same folder, a save_latest=False run, a job on another release). Only where such a fresh
     start, judged by the table on its release with its own config, would not be affected does it change nothing."""
@@ -106,15 +107,14 @@ def _fresh_start(report: dict[str, Any], save: Save) -> tuple[str, str]:
     optimizer = save.config.get("optimizer")
     lr = optimizer.get("params", {}).get("lr") if isinstance(optimizer, dict) and \
         isinstance(optimizer.get("params"), dict) else None
-    scratch = {**report, "optimizer_lr": number(lr), "param_groups": save.groups, "differences": [], "notes": [],
-               "verdict": UNKNOWN, "why": ""}
-    fresh = _judge(scratch, scheduler, params, save.version, save.version, later=False)
-    if fresh["verdict"] == NOT_AFFECTED:
+    own = replace(report, optimizer_lr=number(lr), param_groups=save.groups)
+    fresh = judge(own, scheduler, params, save.version, save.version, later=False)
+    if fresh.verdict == NOT_AFFECTED:
         return NOT_AFFECTED, ""
     return UNKNOWN, (f"the save {save.tag.name} (DeepSpeed {save.version}, {save.global_steps} optimizer steps) has "
                      "no record bound to it: its process resumed from a save this folder proves (then it changes "
                      "nothing) or started afresh unpatched (then it ran as an unpatched run on that release: "
-                     f"{fresh['verdict']}), and the files cannot tell which")
+                     f"{fresh.verdict}), and the files cannot tell which")
 
 
 @dataclass(frozen=True)
@@ -146,19 +146,19 @@ def step_counts(save: Save) -> Steps:
     return Steps(False)
 
 
-def read_earlier(tag: PurePath, read: dict[PurePath, Save], report: dict[str, Any], config_root: str | None,
+def read_earlier(tag: PurePath, read: dict[PurePath, Save], report: Report, config_root: str | None,
                   store: Store) -> Save | None:
     """An earlier save, read once; None (and a note) where it cannot be read."""
     if tag not in read:
         try:
             read[tag] = read_save(tag, config_root, store)
         except Unreadable as error:
-            report["notes"].append(f"an earlier save, {tag}, cannot be read ({error}): not used")
+            report.notes.append(f"an earlier save, {tag}, cannot be read ({error}): not used")
             return None
     return read[tag]
 
 
-def newest_bound_record(run: Run, read: dict[PurePath, Save], report: dict[str, Any],
+def newest_bound_record(run: Run, read: dict[PurePath, Save], report: Report,
                          config_root: str | None) -> Save | None:
     """The newest save whose record 2 is bound to it: its chain tells how the run's step 0 ran. Only saves with a
     record file beside them are read for it (an unpatched run's many saves are not)."""
@@ -171,7 +171,7 @@ def newest_bound_record(run: Run, read: dict[PurePath, Save], report: dict[str, 
     return None
 
 
-def same_engine_record(run: Run, read: dict[PurePath, Save], report: dict[str, Any], config_root: str | None,
+def same_engine_record(run: Run, read: dict[PurePath, Save], report: Report, config_root: str | None,
                        newest: Save) -> Save | None:
     """Where none of an engine's own tags holds a bound record, the nearest earlier save of the same engine under
     another tag name that does: the same model (its parameter names) at fewer optimizer steps (custom tags such as
@@ -190,13 +190,13 @@ def same_engine_record(run: Run, read: dict[PurePath, Save], report: dict[str, A
         if found is None or save.global_steps > found.global_steps:
             found = save
     if found is not None:
-        report["notes"].append(f"{found.tag.name} holds the same model at fewer optimizer steps ({found.global_steps}, "
-                               f"here {newest.global_steps}) and a bound record: weighed as an earlier save of this "
-                               "engine, whatever the tags' names")
+        report.notes.append(f"{found.tag.name} holds the same model at fewer optimizer steps ({found.global_steps}, "
+                            f"here {newest.global_steps}) and a bound record: weighed as an earlier save of this "
+                            "engine, whatever the tags' names")
     return found
 
 
-def copied_from(run: Run, newest: Save, report: dict[str, Any], config_root: str | None) -> Save | None:
+def copied_from(run: Run, newest: Save, report: Report, config_root: str | None) -> Save | None:
     """A save without a record whose model-states file is a byte copy of another tag's in the folder that has a
     bound record (a universal checkpoint: ds_to_universal copies the model states, not the record; a copied tag
     folder): that save, its record marked ``bound`` where the file holds the weights (so its bytes tell runs
@@ -218,8 +218,8 @@ def copied_from(run: Run, newest: Save, report: dict[str, Any], config_root: str
         if save.record is None or not save.record.get("bound") or \
                 not record_data.same_model_states(save.record["bound_to"], bound):
             continue
-        report["notes"].append(f"{newest.tag.name} holds no record; its model-states file is a copy of "
-                               f"{tag.name}'s (a universal checkpoint, or a copied tag folder)")
+        report.notes.append(f"{newest.tag.name} holds no record; its model-states file is a copy of "
+                            f"{tag.name}'s (a universal checkpoint, or a copied tag folder)")
         if not record_data.holds_weights(run.store.names(tag), bound["file"]):
             save.record = {**save.record, "bound": False,
                            "why": f"{newest.tag.name} holds no record, and the model states it copied from "
@@ -252,7 +252,7 @@ def converted_elsewhere(run: Run, newest: Save, config_root: str | None) -> str 
             "folder it was converted from)")
 
 
-def earlier_proof(run: Run, read: dict[PurePath, Save], report: dict[str, Any], config_root: str | None,
+def earlier_proof(run: Run, read: dict[PurePath, Save], report: Report, config_root: str | None,
                    chain: Save) -> Save | None:
     """Where the chain's step 0 ran unrecorded (a save with no bound record between two patched processes), the
     newest save before it whose bound record observed step 0: it may be where that unrecorded process resumed from."""

@@ -8,7 +8,7 @@ import textwrap
 from typing import Any, TextIO
 
 from ... import releases
-from .judge import lr_text, lrs_text
+from .report import lr_text, lrs_text
 
 TEXT, JSON, JSONL = "text", "json", "jsonl"
 

@@ -1,11 +1,12 @@
 """The record a patched run leaves beside each checkpoint: how the run's step 0 really ran, bound to the save.
 
 Where the patch already acts (``backport.settle``, step mode's one step, the load_checkpoint net), it notes what
-it did about optimizer step 0 of that scheduler (``note``); ``witness`` observes the lr the first optimizer step
-really ran at, and carries in what a loaded save's record said. After ``DeepSpeedEngine.save_checkpoint`` returns,
-while the patch is armed, global rank 0 writes record 2 (docs/mark.md) as plain JSON into the tag folder,
-``<save_dir>/<tag>/accelerate_warmup_patch.json``, bound to the model-states file beside it, so that ``audit`` can
-tell a run the patch fixed from one it only warned about, or one a restore or an unpatched process hurt.
+it did about optimizer step 0 of that scheduler (``note``); ``step_watch`` observes the lr the first optimizer step
+really ran at, and ``loaded_record`` reads what a loaded save's record said. After
+``DeepSpeedEngine.save_checkpoint`` returns, while the patch is armed, global rank 0 writes record 2 (docs/mark.md)
+as plain JSON into the tag folder, ``<save_dir>/<tag>/accelerate_warmup_patch.json``, bound to the model-states
+file beside it, so that ``audit`` can tell a run the patch fixed from one it only warned about, or one a restore or
+an unpatched process hurt.
 
 A file of its own, because each other place changes what a user sees: a key of the model-states file comes back
 in the client_state that load_checkpoint returns, and a key in the scheduler's state is loaded into the scheduler.
@@ -21,7 +22,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import failures, newest, record_data, releases, schedules, settings, witness, wrapping
+from . import (
+    failures,
+    loaded_record,
+    newest,
+    own_writes,
+    record_data,
+    releases,
+    schedules,
+    settings,
+    step_watch,
+    wrapping,
+)
 from .state import STATE
 
 FILE_NAME = record_data.RECORD_FILE
@@ -35,8 +47,9 @@ EARLIER_PROCESS, LEFT, UNKNOWN = record_data.EARLIER_PROCESS, record_data.LEFT, 
 
 
 @dataclass(frozen=True)
-class Step0:
-    """What the patch did about one scheduler's optimizer step 0, with each group's lr before and after."""
+class Action:
+    """What the patch did about one scheduler's optimizer step 0 (the record's ``scheduler.step0``), with each
+    group's lr before and after."""
 
     what: str
     lrs_before: list[float] | None
@@ -44,27 +57,27 @@ class Step0:
     why: str
 
 
-def note(scheduler: object, step0: Step0, first_only: bool = False) -> None:
-    """Remember ``step0`` for ``scheduler`` until it dies (``first_only``: unless something is noted already).
+def note(scheduler: object, action: Action, first_only: bool = False) -> None:
+    """Remember ``action`` for ``scheduler`` until it dies (``first_only``: unless something is noted already).
 
     An object without ``__weakref__`` is not remembered: its id could be reused by a newer object."""
     key = id(scheduler)
-    notes = STATE.step0
+    notes = STATE.actions
     if key in notes:
         if not first_only:
-            notes[key] = step0
+            notes[key] = action
         return
     try:
         weakref.finalize(scheduler, notes.pop, key, None)
     except TypeError:
         return
-    notes[key] = step0
+    notes[key] = action
 
 
-def noted(scheduler: object) -> Step0 | None:
+def noted(scheduler: object) -> Action | None:
     """What was noted for ``scheduler``; None when the patch never saw it."""
-    found = STATE.step0.get(id(scheduler))
-    return found if isinstance(found, Step0) else None
+    found = STATE.actions.get(id(scheduler))
+    return found if isinstance(found, Action) else None
 
 
 def lrs(values: list[Any]) -> list[float]:
@@ -87,38 +100,35 @@ def resumed(engine: Any) -> None:
         note(scheduler, earlier_process(scheduler, "load_checkpoint restored it"))
 
 
-def earlier_process(scheduler: Any, how: str) -> Step0:
+def earlier_process(scheduler: Any, how: str) -> Action:
     """A scheduler past step 0 when the patch saw it (``how``): its step 0 ran in an earlier process."""
-    return Step0(EARLIER_PROCESS, None, None, f"{how} at iteration {getattr(scheduler, 'last_batch_iteration', '?')}: "
-                 "its optimizer step 0 ran in an earlier process")
+    return Action(EARLIER_PROCESS, None, None, f"{how} at iteration {getattr(scheduler, 'last_batch_iteration', '?')}: "
+                  "its optimizer step 0 ran in an earlier process")
 
 
 # The save ------------------------------------------------------------------------------------------------
 
 def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     """``DeepSpeedEngine.save_checkpoint``: the original first (the states files this process writes in it noted
-    as it writes them: witness.saving), its result returned unchanged; then the record."""
-    import inspect
-
-    signature = inspect.signature(original)
+    as it writes them: own_writes.saving), its result returned unchanged; then the record."""
+    arguments = wrapping.arguments_reader(original, defaults=True)
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-        with witness.saving(_records_this_save(instance)) as writes:
+        with own_writes.saving(_records_this_save(instance)) as writes:
             result = wrapped(*args, **kwargs)
         if not settings.record_wanted():  # ACCELERATE_WARMUP_PATCH_RECORD=off: no record (docs/mark.md)
             return result
         mode = STATE.mode
         if mode is not None and instance is not None:
             try:
-                witness.unhook_fired(instance)  # outside torch's loop over the hooks, where it can go
+                step_watch.unhook_fired(instance)  # outside torch's loop over the hooks, where it can go
                 if not writes_records(instance):
                     return result
-                bound = signature.bind(instance, *args, **kwargs)
-                bound.apply_defaults()
-                tag = bound.arguments["tag"]
+                given = arguments(instance, args, kwargs)
+                tag = given["tag"]
                 # the tag the original used: with none given, f"global_step{self.global_steps}" (engine.py's
                 # save_checkpoint @ v0.9.0, v0.14.4, v0.15.2, v0.19.8; it does not move global_steps)
-                folder = os.path.join(bound.arguments["save_dir"],
+                folder = os.path.join(given["save_dir"],
                                       f"global_step{instance.global_steps}" if tag is None else str(tag))
                 write_checked(folder, record(instance, mode, folder, writes), writes)
             except Exception as error:  # the checkpoint is saved: never break the user's save
@@ -134,7 +144,7 @@ def _records_this_save(engine: Any) -> bool:
     """Whether this process will write the record of the save about to run (its own writes are then noted)."""
     try:
         return settings.record_wanted() and STATE.mode is not None and engine is not None and writes_records(engine)
-    except Exception:  # an engine whose ranks cannot be read: no record is bound for it (witness.rewritten_since)
+    except Exception:  # an engine whose ranks cannot be read: no record is bound for it (own_writes.rewritten_since)
         return False
 
 
@@ -173,7 +183,7 @@ def record(engine: Any, mode: str, folder: str,
     """Record 2 (docs/mark.md): record 1's fields, the model-states file it is bound to, this process's first
     optimizer step as observed, the run's step 0 as far as this process knows it, and the loads behind it."""
     scheduler = getattr(engine, "lr_scheduler", None)
-    carried = witness.carried(engine)
+    history = loaded_record.history(engine)
     return {
         "record": RECORD,
         "package": record_data.PACKAGE,
@@ -184,9 +194,9 @@ def record(engine: Any, mode: str, folder: str,
         "global_steps": int(engine.global_steps),
         "bound_to": _bound_to(engine, folder, writes),
         "scheduler": _scheduler(scheduler),
-        "first_step": witness.first_step(engine),
-        "step0": _step0(engine, scheduler, mode, carried),
-        "loads": carried.loads if carried is not None else [],
+        "first_step": step_watch.first_step(engine),
+        "step0": _step0(engine, scheduler, mode, history),
+        "loads": history.loads if history is not None else [],
     }
 
 
@@ -210,7 +220,7 @@ def _bound_to(engine: Any, folder: str, writes: dict[str, tuple[int, str | None]
     if callable(decoupled) and decoupled() is not False:
         return record_data.unbound("the checkpoint engine is decoupled: it writes after save_checkpoint returns")
     bound = record_data.bind(folder)
-    raced = witness.rewritten_since(folder, writes) if bound["file"] is not None else None
+    raced = own_writes.rewritten_since(folder, writes) if bound["file"] is not None else None
     return record_data.unbound(raced) if raced is not None else bound
 
 
@@ -220,17 +230,17 @@ def _scheduler(scheduler: Any) -> dict[str, Any] | None:
         return None
     name = schedules.class_name(scheduler)
     kind = type(scheduler)
-    step0 = _noted_or_unknown(scheduler, name)
-    return {"class": name or f"{kind.__module__}.{kind.__qualname__}", "step0": step0.what,
-            "lrs_before": _encoded(step0.lrs_before), "lrs_after": _encoded(step0.lrs_after), "why": step0.why}
+    action = _noted_or_unknown(scheduler, name)
+    return {"class": name or f"{kind.__module__}.{kind.__qualname__}", "step0": action.what,
+            "lrs_before": _encoded(action.lrs_before), "lrs_after": _encoded(action.lrs_after), "why": action.why}
 
 
-def _noted_or_unknown(scheduler: Any, name: str | None) -> Step0:
-    step0 = noted(scheduler)
-    if step0 is None:
+def _noted_or_unknown(scheduler: Any, name: str | None) -> Action:
+    action = noted(scheduler)
+    if action is None:
         why = "the patch never saw this scheduler" if name else "not one of DeepSpeed's schedulers: the patch leaves it"
-        step0 = Step0(UNKNOWN, None, None, why)
-    return step0
+        action = Action(UNKNOWN, None, None, why)
+    return action
 
 
 def _encoded(values: list[float] | None) -> list[float | str] | None:
@@ -242,16 +252,16 @@ def _encoded(values: list[float] | None) -> list[float | str] | None:
 _CLAIMS_THE_REFERENCE = (FIXED, AS_RELEASE)
 
 
-def _step0(engine: Any, scheduler: Any, mode: str, carried: witness.Carried | None) -> dict[str, Any]:
-    """The run's step 0 as this process knows it: carried from the save it loaded when that save had stepped (or the
-    load restored the scheduler past step 0), else what this process observed at its first optimizer step (the
+def _step0(engine: Any, scheduler: Any, mode: str, history: loaded_record.LoadedHistory | None) -> dict[str, Any]:
+    """The run's step 0 as this process knows it: handed on from the save it loaded when that save had stepped (or
+    the load restored the scheduler past step 0), else what this process observed at its first optimizer step (the
     run started here)."""
-    if carried is not None and (carried.global_steps != 0 or carried.resumed):
-        return carried.step0
+    if history is not None and (history.global_steps != 0 or history.resumed):
+        return history.step0
     version = wrapping.deepspeed_version()
     name = schedules.class_name(scheduler) if scheduler is not None else None
     base = {"deepspeed": version, "scheduler": name, "mode": mode, "patch": _package_version()}
-    first = witness.first_step(engine)
+    first = step_watch.first_step(engine)
     if first is None:
         if int(engine.global_steps) == 0 and not _stepped_outside_the_engine(engine, scheduler):
             return {"how": record_data.NO_STEP_YET, **base}
@@ -264,10 +274,10 @@ def _step0(engine: Any, scheduler: Any, mode: str, carried: witness.Carried | No
         return {"how": record_data.UNOBSERVED, **base,
                 "why": f"the first optimizer step this process saw was at global step {steps}, not the run's step 0 "
                        "(the patch was applied after the engine had stepped)"}
-    step0 = _noted_or_unknown(scheduler, name) if scheduler is not None else None
+    action = _noted_or_unknown(scheduler, name) if scheduler is not None else None
     expected = _expected(scheduler, name, first["last_batch_iteration"])
     return {"how": record_data.OBSERVED, **base, "lrs": first["lrs"], "expected": _encoded(expected),
-            "patch_did": _checked(step0, first["lrs"], expected), "global_steps": steps}
+            "patch_did": _checked(action, first["lrs"], expected), "global_steps": steps}
 
 
 def _stepped_outside_the_engine(engine: Any, scheduler: Any) -> bool:
@@ -293,17 +303,17 @@ def _expected(scheduler: Any, name: str | None, iteration: Any) -> list[float] |
         return None
 
 
-def _checked(step0: Step0 | None, observed: list[Any], expected: list[float] | None) -> str | None:
+def _checked(action: Action | None, observed: list[Any], expected: list[float] | None) -> str | None:
     """What the patch did, as the record says it: "fixed" and "as-release" only where the observed lrs are
     0.19.8's; where they are not, "left" (what the patch meant was not what ran). A class without a formula here
     keeps its word: the audit compares its lrs with the table's reading."""
-    if step0 is None:
+    if action is None:
         return None
     ran = record_data.decode_lrs(observed)
-    if step0.what in _CLAIMS_THE_REFERENCE and expected is not None and not (
+    if action.what in _CLAIMS_THE_REFERENCE and expected is not None and not (
             ran is not None and record_data.same_lrs(ran, expected)):
         return LEFT
-    return step0.what
+    return action.what
 
 
 def write(folder: str, data: dict[str, Any]) -> None:
@@ -335,7 +345,7 @@ def write_checked(folder: str, data: dict[str, Any], writes: dict[str, tuple[int
     if bound.get("file") is None:
         return
     again = record_data.bind(folder)
-    raced = witness.rewritten_since(folder, writes) if again.get("file") is not None else again.get("unbound")
+    raced = own_writes.rewritten_since(folder, writes) if again.get("file") is not None else again.get("unbound")
     if raced is None and not record_data.same_binding(bound, again):
         raced = f"the tag folder changed while the record was written ({record_data.binding_problem(bound, again)})"
     if raced is not None:
