@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # typing and importlib cost milliseconds, and only the type c
     Hook = Callable[[ModuleType], None]
 
 __all__ = ("Mode", "PatchError", "SettingsError", "__version__", "apply", "remove", "status")
-__version__ = "0.7.0"
+__version__ = "0.7.1"
 
 # The modules the package waits for: deepspeed's first import arms the patch (accelerate and the Trainer reach
 # DeepSpeed through it, and it comes before any of its submodules), and api.py patches each module right after
