@@ -16,9 +16,11 @@ import torch
 import wrapt
 from accelerate.utils.deepspeed import DeepSpeedEngineWrapper
 from deepspeed.runtime import lr_schedules
+from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 from deepspeed.runtime.engine import DeepSpeedEngine
 
-OWNERS = [deepspeed, lr_schedules.WarmupLR, lr_schedules.WarmupCosineLR, DeepSpeedEngine, DeepSpeedEngineWrapper]
+OWNERS = [deepspeed, lr_schedules.WarmupLR, lr_schedules.WarmupCosineLR, DeepSpeedEngine, DeepSpeedEngineWrapper,
+          TorchCheckpointEngine]
 ORIGINALS = [dict(vars(owner)) for owner in OWNERS]
 
 import accelerate_warmup_patch as awp  # deepspeed is imported: this applies at once
