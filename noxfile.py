@@ -111,9 +111,14 @@ def _ccache_dir(fallback: Path) -> str:
 def _own_ports(session: nox.Session, kind: str, index: int = 0) -> None:
     """A block of ports for this session's launches and servers (tests/ports.py), apart from any other
     session's, so that sessions running side by side never take each other's ports."""
-    first_block = {"tests": 0, "quick": 4, "launchers": 8, "matrix_engine": 12, "upstream_suite": 60,
-                   "newest": 62}[kind]
-    session.env["AWP_PORT_BASE"] = str(20000 + ports.PORTS * (first_block + index))
+    kinds = {"tests": len(tiers.TEST_DEEPSPEED), "quick": len(tiers.TEST_DEEPSPEED),
+             "launchers": len(tiers.TEST_DEEPSPEED), "matrix_engine": len(tiers.ENGINE_TIER),
+             "accelerate": len(tiers.ACCELERATE_TIER_DEEPSPEED) + 1,  # + ci_accelerate
+             "era": len(eras.ERAS), "upstream_suite": 1, "newest": 1, "package": 1}
+    names = list(kinds)
+    first = sum(kinds[name] for name in names[:names.index(kind)])
+    assert 0 <= index < kinds[kind], (kind, index)
+    session.env["AWP_PORT_BASE"] = str(20000 + ports.PORTS * (first + index))  # below the ephemeral ports
 
 
 def _accelerate_pins(accelerate: str) -> list[str]:
@@ -205,16 +210,18 @@ def matrix_accelerate(session: nox.Session, deepspeed: str) -> None:
     """accelerate tier: every accelerate release (or those named: `-- 0.29.3 1.15.0`) in turn, in one
     venv with one DeepSpeed release, so that DeepSpeed's CPU comm op is compiled once, not per release."""
     _accelerate_tier(session, deepspeed, [arg for arg in session.posargs if arg[:1].isdigit()]
-                     or list(tiers.ACCELERATE_TIER))
+                     or list(tiers.ACCELERATE_TIER), tiers.ACCELERATE_TIER_DEEPSPEED.index(deepspeed))
 
 
 @nox.session(python="3.11")
 def ci_accelerate(session: nox.Session) -> None:
     """The accelerate tier's CI subset: the oldest and newest accelerate on the tier's buggy DeepSpeed."""
-    _accelerate_tier(session, tiers.ACCELERATE_TIER_DEEPSPEED[0], list(tiers.CI_ACCELERATE))
+    _accelerate_tier(session, tiers.ACCELERATE_TIER_DEEPSPEED[0], list(tiers.CI_ACCELERATE),
+                     len(tiers.ACCELERATE_TIER_DEEPSPEED))
 
 
-def _accelerate_tier(session: nox.Session, deepspeed: str, wanted: list[str]) -> None:
+def _accelerate_tier(session: nox.Session, deepspeed: str, wanted: list[str], ports_index: int) -> None:
+    _own_ports(session, "accelerate", ports_index)
     _install_stack(session, deepspeed, wanted[0])
     failed = []
     for accelerate in wanted:
@@ -272,6 +279,7 @@ def matrix_era(session: nox.Session, era: str) -> None:
     """Era tier: one DeepSpeed minor on its month's Python, torch, wrapt, accelerate and transformers
     (tests/eras.py): real engines where they run on CPU, accelerate and the HF Trainer where those do,
     and start-up activation (.pth + env var) on that Python."""
+    _own_ports(session, "era", [e.id for e in eras.ERAS].index(era))
     _install_era(session, eras.BY_ID[era])
     _matrix_run(session, "era")
 
@@ -452,6 +460,7 @@ def demo(session: nox.Session) -> None:
 def package(session: nox.Session) -> None:
     """Build the sdist and the wheel, check their metadata and contents, install the wheel (not the
     checkout) into a fresh venv with DeepSpeed, and run the start-up activation tests against it."""
+    _own_ports(session, "package")
     dist = Path(session.create_tmp(), "dist")
     for old in [*dist.glob("*.whl"), *dist.glob("*.tar.gz")]:
         old.unlink()

@@ -13,11 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import ports
 import pytest
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 CHILDREN = HERE / "children"
+ports.one_rank_port_by_default()
 
 _FROM_HARNESS = ("GOLDEN", "Ran", "Spec", "run_specs")
 # Set by the nox sessions that install DeepSpeed (noxfile.py): there a missing release is an error, not a skip.

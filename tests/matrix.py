@@ -34,6 +34,7 @@ from pathlib import Path
 
 import eras
 import harness
+import ports
 from harness import GOLDEN, HERE, Spec, run_specs
 from scenarios import MATRIX_ENGINE, MATRIX_SCHEDULER, TRAINER
 
@@ -199,7 +200,7 @@ def _two_ranks(deepspeed: str) -> tuple[str, bool]:
     for stage in (0, 2):
         with tempfile.TemporaryDirectory() as out:
             command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                       str(harness.demo._free_port()), str(HERE / "era_ranks.py"), str(stage), out]
+                       str(ports.port(ports.ERA_RANKS)), str(HERE / "era_ranks.py"), str(stage), out]
             # TMPDIR: torch's elastic agent leaves a folder there per launch
             env = {**os.environ, "ACCELERATE_WARMUP_PATCH": "reset", "TMPDIR": out}
             proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=HERE, timeout=600)
@@ -246,6 +247,7 @@ def main() -> int:
     parser.add_argument("--results", type=Path)
     parser.add_argument("--suggest", action="store_true")
     args = parser.parse_args()
+    ports.one_rank_port_by_default()
     if args.suggest:
         suggest(metadata.version("deepspeed"))
         return 0

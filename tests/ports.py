@@ -17,11 +17,24 @@ LAUNCH_TORCHRUN, LAUNCH_ACCELERATE, LAUNCH_DEEPSPEED, LAUNCH_ACCELERATE_STEP = 1
 RECORD_TWO_RANKS = 5
 QUICKSTART_RESET, QUICKSTART_MODE = 6, 7
 MODULE_JOB = 8
+ONE_RANK, ERA_RANKS = 9, 10
 MULTINODE_TRAIN, MULTINODE_SSHD, MULTINODE_ENV, MULTINODE_RECORDS = 11, 12, 13, 14
 REAL_SSH, REAL_SLURM = 15, 30
+NO_LISTENER = 51  # a port where nothing listens (an unreachable server)
 
 
 def port(offset: int) -> int:
     """The port at ``offset`` in this session's block."""
     assert 0 <= offset < PORTS, offset
     return BASE + offset
+
+
+def one_rank_port_by_default() -> None:
+    """Give this process's one-rank engines, and its children's, the block's ONE_RANK port.
+
+    Without it each run's ``set_up_single_process`` asks the kernel for a free port and closes it before the
+    rendezvous listens there. That port is an ephemeral one, so any connection another session opens in the
+    meantime can take it (seen once in CI: EADDRINUSE). The block's ports lie below the ephemeral range and no
+    other session uses them; a session runs its one-rank engines one at a time.
+    """
+    os.environ.setdefault("MASTER_PORT", str(port(ONE_RANK)))

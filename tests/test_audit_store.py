@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import ports
 import pytest
 from conftest import Spec, installed, run_specs
 
@@ -157,12 +157,6 @@ def _run_of(url: str) -> str | None:
     return key.split("&")[0] or None
 
 
-def _free_port() -> int:
-    with socket.socket() as listening:
-        listening.bind(("127.0.0.1", 0))
-        return int(listening.getsockname()[1])
-
-
 @pytest.mark.parametrize("case", ["no bucket", "no credentials", "no server"])
 def test_a_store_that_cannot_be_read_is_the_paths_line_and_exit_2(server: dict[str, str], case: str) -> None:
     env = dict(server)
@@ -172,7 +166,7 @@ def test_a_store_that_cannot_be_read_is_the_paths_line_and_exit_2(server: dict[s
     elif case == "no credentials":
         del env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]
     else:
-        env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+        env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{ports.port(ports.NO_LISTENER)}"
         env["AWS_MAX_ATTEMPTS"] = "1"
     proc = audit(env, "--jsonl", url, str(Path(__file__).parent / "no-such-folder"))
     assert proc.returncode == 2 and reports(proc) == [] and "Traceback" not in proc.stderr, proc
