@@ -1,62 +1,159 @@
-"""What this process wrote itself in a save, so that the record is bound only to its own bytes (record_writer.py).
+"""What this job wrote itself in a save, so that the record is bound only to its own bytes (record_writer.py).
 
-A record binds what rank 0 reads back after save_checkpoint returned. Another job saving the same tag at the same
-moment may have written the files in between. So, during a save whose record it writes, this process notes each
-states file as its own torch.save left it (the checkpoint engine's save, wrapped: targets.py), and the record is
-bound only where those files still hold those bytes when read back (docs/mark.md, "A race").
+A record binds what its writer reads back after save_checkpoint returned. Another job saving the same tag at the
+same moment may have written the files in between. So, during a save, every armed process notes each states file
+as its own torch.save left it (the checkpoint engine's save, wrapped: targets.py). The record's writer keeps its
+notes; every other rank tells the writer its notes through the store that torch.distributed set up for this job
+(a key-value store its ranks share and no other job reaches: a ``set`` and a ``check``, no collective, so a rank
+that is not armed cannot make the job wait). The record is bound only where every states file it binds was
+written by this job and still holds those bytes when read back (docs/mark.md, "A race").
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
+import sys
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 from . import record_data
 from .state import STATE
 
+Fact = tuple[int, Optional[str]]  # record_data.file_fact: a states file's size and its members' digest
+KEY = "accelerate_warmup_patch/own_write/"  # the store's keys: this prefix, then the node (or ""), then the path
+
+
+@dataclass
+class Watch:
+    """One save's own writes in this process, and how the ranks that do not write the record tell the one that does."""
+
+    writer: bool  # this process writes the save's record
+    store: Any = None  # torch.distributed's store of this job, where it has several ranks (job_store)
+    node: str = ""  # "<host>:" where each node saves into a tag folder of its own, so that equal paths stay apart
+    writes: dict[str, Fact] = field(default_factory=dict)  # absolute path -> its fact right after the own write
+    told: dict[str, Fact | None] = field(default_factory=dict)  # the writer's: what the other ranks told it
+
+    def key(self, path: str) -> str:
+        return f"{KEY}{self.node}{path}"
+
+
+def watch(writer: bool, node_local: bool) -> Watch:
+    """The watch of a save about to run, in a process that writes its record (``writer``) or a rank of its job."""
+    return Watch(writer, job_store(), f"{socket.gethostname()}:" if node_local else "")
+
+
+def job_store() -> Any:
+    """The store torch.distributed's default process group was set up with, where it has several ranks; else None.
+
+    ``distributed_c10d._get_default_store`` is torch's own name for it (read in torch 2.13), not a public one: it
+    is asked by name and, where a torch lacks it, the other ranks' files stay untold and the record unbound.
+    """
+    distributed = getattr(sys.modules.get("torch"), "distributed", None)
+    try:
+        if distributed is None or not distributed.is_available() or not distributed.is_initialized():
+            return None
+        if distributed.get_world_size() < 2:
+            return None
+        return distributed.distributed_c10d._get_default_store()
+    except Exception:
+        return None
+
 
 @contextlib.contextmanager
-def saving(on: bool) -> Iterator[dict[str, tuple[int, str | None]] | None]:
-    """While it is open (and ``on``), this thread's own writes of states files are noted, path -> file fact."""
-    if not on:
+def saving(this: Watch | None) -> Iterator[Watch | None]:
+    """While it is open, this thread's own writes of states files are noted in ``this`` (None: not watched)."""
+    if this is None:
         yield None
         return
-    writes: dict[str, tuple[int, str | None]] = {}
-    STATE.saving.writes = writes
+    STATE.saving.watch = this
     try:
-        yield writes
+        yield this
     finally:
-        STATE.saving.writes = None
+        STATE.saving.watch = None
 
 
 def own_write_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     """``TorchCheckpointEngine.save(state_dict, path)``: the original first, its result returned unchanged; then,
-    in a save whose record this process writes, the file's facts as its own write left them (one read of its zip
-    central directory, never the weights)."""
+    in a watched save, the file's fact as this process's write left it (one read of its zip central directory,
+    never the weights), told to the record's writer where this process is another rank."""
     result = wrapped(*args, **kwargs)
-    writes = getattr(STATE.saving, "writes", None)
-    if writes is not None:
+    this = getattr(STATE.saving, "watch", None)
+    if this is not None:
         path = kwargs.get("path", args[1] if len(args) > 1 else None)
         if isinstance(path, str):
-            writes[os.path.abspath(path)] = record_data.file_fact(path)  # never raises: a fact of "?" at worst
+            where = os.path.abspath(path)
+            this.writes[where] = record_data.file_fact(path)  # never raises: a fact of "?" at worst
+            if not this.writer:
+                _tell(this, where, this.writes[where])
     return result
 
 
-def rewritten_since(folder: str, writes: dict[str, tuple[int, str | None]] | None) -> str | None:
-    """Why the states files this process wrote into ``folder`` in this save are not, now, what it wrote (another
-    job saved into the same tag since), or that it wrote none there; None where each holds its own bytes."""
-    if writes is None:
+def _tell(this: Watch, path: str, fact: Fact) -> None:
+    """Put this rank's fact of ``path`` in the job's store, before save_checkpoint's closing barrier, so that it is
+    there when the writer looks after that barrier. Never raises: an untold file leaves the record unbound."""
+    if this.store is None:
+        return
+    key = this.key(path)
+    try:
+        this.store.set(key, f"{fact[0]}\0{fact[1] or '-'}")
+        this.store.check([key])  # answered after the set on the same connection: the store holds it now
+    except Exception:
+        return
+
+
+def _asked(this: Watch, path: str) -> Fact | None:
+    """What a rank of this job told about ``path`` in this save, or None (it told nothing, or cannot be asked)."""
+    if this.store is None:
+        return None
+    key = this.key(path)
+    try:
+        if not this.store.check([key]):  # never ``get`` a missing key: it waits for it
+            return None
+        value = this.store.get(key)
+        with contextlib.suppress(Exception):  # the next save of this tag tells it again
+            this.store.delete_key(key)
+        size, digest = bytes(value).decode("utf-8", "surrogateescape").split("\0")
+        return int(size), None if digest == "-" else digest
+    except Exception:
+        return None
+
+
+def _written(this: Watch, path: str) -> Fact | None:
+    """This job's fact of ``path`` in this save: this process's own, else the one another rank told (asked once)."""
+    if path in this.writes:
+        return this.writes[path]
+    if path not in this.told:
+        this.told[path] = _asked(this, path)
+    return this.told[path]
+
+
+def rewritten_since(folder: str, this: Watch | None) -> str | None:
+    """Why the states files a record in ``folder`` binds are not, now, the bytes this job's save wrote (another job
+    saved into the same tag, or a file was written by no process of this job that was watched); None where each of
+    them holds this job's own bytes."""
+    if this is None:
         return "this process's own writes of the save were not watched"
     here = os.path.abspath(folder)
-    noted = {os.path.basename(path): fact for path, fact in writes.items() if os.path.dirname(path) == here}
-    if not noted:
-        return ("this process wrote none of the tag folder's states files itself, so it cannot tell its save's "
-                "bytes from another job's")
-    changed = record_data.rewritten(noted, {name: record_data.file_fact(os.path.join(here, name)) for name in noted})
+    try:
+        names = record_data.bound_files(os.listdir(here))
+    except OSError as error:
+        return f"the tag folder cannot be listed ({error})"
+    written = {name: _written(this, os.path.join(here, name)) for name in names}
+    untold = sorted(name for name, fact in written.items() if fact is None)
+    if untold:
+        return (f"{_named(untold)}: written by no process of this job that the patch watched in this save (a rank "
+                "not armed, or with records off, or one this process cannot ask), so this save's bytes cannot be "
+                "told from another job's")
+    now = {name: record_data.file_fact(os.path.join(here, name)) for name in names}
+    changed = record_data.rewritten({name: fact for name, fact in written.items() if fact is not None}, now)
     if not changed:
         return None
-    named = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
-    return (f"{named}: not the bytes this process wrote in this save: another job saved into the same tag folder "
-            "at the same moment, and the files are not known to be this run's")
+    return (f"{_named(changed)}: not the bytes this job wrote in this save: another job saved into the same tag "
+            "folder at the same moment, and the files are not known to be this run's")
+
+
+def _named(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")

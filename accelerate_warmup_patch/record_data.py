@@ -92,6 +92,13 @@ def binding(name: str, size: int, members: list[tuple[str, int, int]]) -> dict[s
     return {"file": name, "size": size, "members": len(members), "digest": members_digest(members)}
 
 
+def bound_files(names: list[str]) -> list[str]:
+    """The states files of a tag folder's listing that a record binds: the lowest-ranked model-states file, then
+    the others (other_states); none where the folder holds no model-states file."""
+    name = lowest_ranked(names)
+    return [] if name is None else [name, *other_states(names, name)]
+
+
 def other_states(names: list[str], bound_file: str) -> list[str]:
     """The tag folder's other states files a record binds besides ``bound_file``, in name order, at most
     MAX_BOUND_FILES."""

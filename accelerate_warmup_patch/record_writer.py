@@ -110,11 +110,12 @@ def earlier_process(scheduler: Any, how: str) -> Action:
 
 def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     """``DeepSpeedEngine.save_checkpoint``: the original first (the states files this process writes in it noted
-    as it writes them: own_writes.saving), its result returned unchanged; then the record."""
+    as it writes them, and told to the record's writer by the other ranks: own_writes.saving), its result returned
+    unchanged; then the record."""
     arguments = wrapping.arguments_reader(original, defaults=True)
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-        with own_writes.saving(_records_this_save(instance)) as writes:
+        with own_writes.saving(_watch(instance)) as watch:
             result = wrapped(*args, **kwargs)
         if not settings.record_wanted():  # ACCELERATE_WARMUP_PATCH_RECORD=off: no record (docs/mark.md)
             return result
@@ -130,7 +131,7 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
                 # save_checkpoint @ v0.9.0, v0.14.4, v0.15.2, v0.19.8; it does not move global_steps)
                 folder = os.path.join(given["save_dir"],
                                       f"global_step{instance.global_steps}" if tag is None else str(tag))
-                write_checked(folder, record(instance, mode, folder, writes), writes)
+                write_checked(folder, record(instance, mode, folder, watch), watch)
             except Exception as error:  # the checkpoint is saved: never break the user's save
                 failures.report("mark", what="writing the patch's record beside the checkpoint", error=error,
                                 consequence="the checkpoint is saved without it; audit judges that run as it judges "
@@ -140,12 +141,15 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _records_this_save(engine: Any) -> bool:
-    """Whether this process will write the record of the save about to run (its own writes are then noted)."""
+def _watch(engine: Any) -> own_writes.Watch | None:
+    """The watch of this process's own writes in the save about to run, on every rank of an armed job that writes
+    records (the record's writer keeps its notes, the others tell it theirs); None where no record is written."""
     try:
-        return settings.record_wanted() and STATE.mode is not None and engine is not None and writes_records(engine)
+        if not settings.record_wanted() or STATE.mode is None or engine is None:
+            return None
+        return own_writes.watch(writes_records(engine), _node_local(engine))
     except Exception:  # an engine whose ranks cannot be read: no record is bound for it (own_writes.rewritten_since)
-        return False
+        return None
 
 
 def writes_records(engine: Any) -> bool:
@@ -159,10 +163,15 @@ def _writer_rank(engine: Any) -> int:
     ``checkpoint.use_node_local_storage`` each node saves into a folder of its own, and DeepSpeed uses the local rank
     (``rank = self.local_rank if self.use_node_local_storage() else self.global_rank``: engine.py's
     save_checkpoint @ v0.9.0, v0.12.6, v0.15.2, v0.19.8), so that every node's tag folder gets its record."""
-    node_local = getattr(engine, "use_node_local_storage", None)
-    if callable(node_local) and node_local() is True and isinstance(getattr(engine, "local_rank", None), int):
+    if _node_local(engine) and isinstance(getattr(engine, "local_rank", None), int):
         return int(engine.local_rank)
     return _global_rank(engine)
+
+
+def _node_local(engine: Any) -> bool:
+    """Whether each node saves into a tag folder of its own (``checkpoint.use_node_local_storage``)."""
+    node_local = getattr(engine, "use_node_local_storage", None)
+    return callable(node_local) and node_local() is True
 
 
 def _global_rank(engine: Any) -> int:
@@ -178,8 +187,7 @@ def _global_rank(engine: Any) -> int:
     return 0
 
 
-def record(engine: Any, mode: str, folder: str,
-           writes: dict[str, tuple[int, str | None]] | None = None) -> dict[str, Any]:
+def record(engine: Any, mode: str, folder: str, watch: own_writes.Watch | None = None) -> dict[str, Any]:
     """Record 2 (docs/mark.md): record 1's fields, the model-states file it is bound to, this process's first
     optimizer step as observed, the run's step 0 as far as this process knows it, and the loads behind it."""
     scheduler = getattr(engine, "lr_scheduler", None)
@@ -192,7 +200,7 @@ def record(engine: Any, mode: str, folder: str,
         "deepspeed": wrapping.deepspeed_version(),
         "reference": releases.BEHAVIOR_REFERENCE,
         "global_steps": int(engine.global_steps),
-        "bound_to": _bound_to(engine, folder, writes),
+        "bound_to": _bound_to(engine, folder, watch),
         "scheduler": _scheduler(scheduler),
         "first_step": step_watch.first_step(engine),
         "step0": _step0(engine, scheduler, mode, history),
@@ -204,12 +212,12 @@ def _package_version() -> str:
     return str(getattr(sys.modules.get(__package__ or ""), "__version__", "unknown"))
 
 
-def _bound_to(engine: Any, folder: str, writes: dict[str, tuple[int, str | None]] | None) -> dict[str, Any]:
+def _bound_to(engine: Any, folder: str, watch: own_writes.Watch | None) -> dict[str, Any]:
     """The binding to the model-states file the audit will judge this folder by, read back now. Only DeepSpeed's
     own TorchCheckpointEngine is read back: save_checkpoint ends with a barrier after every rank's torch.save and
     the engine's commit (engine.py @ v0.15.2, v0.19.8), so every rank's file is complete when it returns. Another
     engine (Nebula, a decoupled or fast one) may write later or elsewhere: the record says it is unbound. So does
-    one whose files this process wrote hold other bytes now (``writes``: another job saved the same tag)."""
+    one whose files hold other bytes now than this job wrote (``watch``: another job saved the same tag)."""
     checkpoint_engine = getattr(engine, "checkpoint_engine", None)
     kind = type(checkpoint_engine)
     if kind.__name__ != "TorchCheckpointEngine" or not kind.__module__.startswith("deepspeed."):
@@ -220,7 +228,7 @@ def _bound_to(engine: Any, folder: str, writes: dict[str, tuple[int, str | None]
     if callable(decoupled) and decoupled() is not False:
         return record_data.unbound("the checkpoint engine is decoupled: it writes after save_checkpoint returns")
     bound = record_data.bind(folder)
-    raced = own_writes.rewritten_since(folder, writes) if bound["file"] is not None else None
+    raced = own_writes.rewritten_since(folder, watch) if bound["file"] is not None else None
     return record_data.unbound(raced) if raced is not None else bound
 
 
@@ -337,7 +345,7 @@ def write(folder: str, data: dict[str, Any]) -> None:
         raise
 
 
-def write_checked(folder: str, data: dict[str, Any], writes: dict[str, tuple[int, str | None]] | None) -> None:
+def write_checked(folder: str, data: dict[str, Any], watch: own_writes.Watch | None) -> None:
     """``write``, then the binding read again: where the folder changed while the record was written (another job
     saving the same tag), the record is written again, unbound, saying so (docs/mark.md, "A race")."""
     write(folder, data)
@@ -345,7 +353,7 @@ def write_checked(folder: str, data: dict[str, Any], writes: dict[str, tuple[int
     if bound.get("file") is None:
         return
     again = record_data.bind(folder)
-    raced = own_writes.rewritten_since(folder, writes) if again.get("file") is not None else again.get("unbound")
+    raced = own_writes.rewritten_since(folder, watch) if again.get("file") is not None else again.get("unbound")
     if raced is None and not record_data.same_binding(bound, again):
         raced = f"the tag folder changed while the record was written ({record_data.binding_problem(bound, again)})"
     if raced is not None:

@@ -105,8 +105,8 @@ class State:
     actions: dict[int, Any] = field(default_factory=dict)
     # id(engine) -> its watch of this process's first optimizer step (step_watch.Watch), until the engine dies
     watches: dict[int, Any] = field(default_factory=dict)
-    # ``saving.writes``: while this thread runs a save whose record this process writes, each states file it
-    # wrote itself (its path -> record_data.file_fact right after the write: own_writes.py), else None
+    # ``saving.watch``: while this thread runs a save of a job that writes records, the states files this process
+    # wrote itself in it (own_writes.Watch: each path -> record_data.file_fact right after the write), else None
     saving: threading.local = field(default_factory=threading.local)
     # id(engine) -> what its last load_checkpoint brought into this process (loaded_record.LoadedHistory), until it
     # dies

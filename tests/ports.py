@@ -21,6 +21,7 @@ ONE_RANK, ERA_RANKS = 9, 10
 MULTINODE_TRAIN, MULTINODE_SSHD, MULTINODE_ENV, MULTINODE_RECORDS = 11, 12, 13, 14
 REAL_SSH, REAL_SLURM = 15, 30
 NO_LISTENER = 51  # a port where nothing listens (an unreachable server)
+RACED_TWO_RANKS = 52
 
 
 def port(offset: int) -> int:

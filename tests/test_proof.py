@@ -230,3 +230,42 @@ def test_two_ranks_write_one_record_per_tag_bound_to_rank_0s_files_and_carried_o
         assert record["bound_to"]["file"] == "mp_rank_00_model_states.pt", record
         assert record["step0"]["how"] == "observed" and record["step0"]["lrs"] == [truth], record
     assert records["resumed"]["loads"][0]["bound"] is True
+
+
+def _two_ranks(out: Path, name: str, *other: str, armed: bool) -> list[float]:
+    """A two-rank ZeRO-1 job of tests/children/two_ranks_raced.py saving OUT/NAME; rank 0's lrs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_WARMUP_PATCH")}
+    env.update({"ACCELERATE_WARMUP_PATCH": "reset"} if armed else {})
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           str(ports.port(ports.RACED_TWO_RANKS)), str(CHILDREN / "two_ranks_raced.py"), str(out),
+                           name, *other], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lrs = [json.loads((out / name / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert lrs[0] == lrs[1], lrs
+    return list(lrs[0])
+
+
+def test_a_record_of_several_ranks_is_bound_only_where_each_ranks_file_holds_what_that_rank_wrote(tmp_path):
+    # #47 item 1 with several ranks: rank 1 tells rank 0 (the record's writer) what it wrote, through the job's store;
+    # another job's rank-1 partition that lands after rank 1's own write leaves the record unbound
+    unpatched = _two_ranks(tmp_path, "unpatched", armed=False)
+    truth = {"clean": _two_ranks(tmp_path, "clean", armed=True),
+             "raced": _two_ranks(tmp_path, "raced", str(tmp_path / "unpatched"), armed=True)}
+    assert truth["clean"] == truth["raced"] and truth["clean"][0] == NEWEST_STEP0, (truth, unpatched)
+    records = {name: json.loads((tmp_path / name / "ckpt" / RECORD).read_text()) for name in truth}
+    proc = bare_audit(tmp_path / "bare")("-m", "accelerate_warmup_patch", "audit", "--json",
+                                         *(str(tmp_path / name) for name in truth))
+    reports = dict(zip(truth, json.loads(proc.stdout)))
+    clean = records["clean"]["bound_to"]
+    assert clean["file"] == "mp_rank_00_model_states.pt" and clean["others"]["files"] == 2, clean
+    assert reports["clean"]["verdict"] == "not affected", reports["clean"]
+    partition = "ckpt/zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    if (tmp_path / "unpatched" / partition).read_bytes() == (tmp_path / "clean" / partition).read_bytes():
+        # a release that needs no fix trains the unpatched job exactly as the patched one: the same bytes
+        assert unpatched == truth["clean"] and records["raced"]["bound_to"]["file"] is not None, records["raced"]
+        assert reports["raced"]["verdict"] == "not affected", reports["raced"]
+        return
+    assert unpatched[0] != NEWEST_STEP0, unpatched  # the release needs the fix: the other job's step 0 ran wrong
+    assert records["raced"]["bound_to"]["unbound"].startswith(
+        "zero_pp_rank_1_mp_rank_00_optim_states.pt: not the bytes this job wrote"), records["raced"]
+    assert reports["raced"]["verdict"] == "unknown", reports["raced"]

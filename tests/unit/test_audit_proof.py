@@ -133,21 +133,30 @@ def test_a_rerun_whose_model_states_file_is_byte_identical_is_still_not_that_sav
     assert any("the other states files" in note for note in report["notes"]), report["notes"]
 
 
+def _written_by(watch: own_writes.Watch, path: Path, source: str | Path) -> None:
+    """``path`` saved in a watched save of this thread, as the checkpoint engine's wrapped save does."""
+    with own_writes.saving(watch):
+        own_writes.own_write_wrapper(lambda state, where: shutil.copy(source, where), None, ({}, str(path)), {})
+
+
 def test_a_record_is_bound_only_to_files_that_still_hold_the_bytes_its_writer_wrote(tmp_path: Path) -> None:
     # two jobs saving one tag (#47 item 1): the writer notes each file as its own torch.save left it
     files.write_run(tmp_path / "run")
     tag = tmp_path / "run" / "global_step6"
-    states = str(tag / "mp_rank_00_model_states.pt")
-    writes = {os.path.abspath(states): record_data.file_fact(states)}
+    states = tag / "mp_rank_00_model_states.pt"
+    writes = own_writes.Watch(writer=True)
+    _written_by(writes, states, shutil.copy(states, tmp_path / "saved.pt"))
+    assert writes.writes == {os.path.abspath(states): record_data.file_fact(str(states))}
     assert own_writes.rewritten_since(str(tag), writes) is None
-    assert "wrote none" in str(own_writes.rewritten_since(str(tag), {}))  # nothing of its own: nothing to bind
+    # nothing of its own, nothing told: nothing to bind
+    assert "written by no process of this job" in str(own_writes.rewritten_since(str(tag), own_writes.Watch(True)))
     assert own_writes.rewritten_since(str(tag), None) is not None
     bound = record_data.bind(str(tag))
     files.write_run(tmp_path / "other", lr=2e-3)  # the other job's bytes land after this job's own write
     shutil.copy(tmp_path / "other" / "global_step6" / "mp_rank_00_model_states.pt", states)
     assert "another job" in str(own_writes.rewritten_since(str(tag), writes))
     # bound before the folder changed, while the record was written: written again, unbound
-    now = {os.path.abspath(states): record_data.file_fact(states)}
+    now = own_writes.Watch(True, writes={os.path.abspath(states): record_data.file_fact(str(states))})
     record_writer.write_checked(str(tag), record2(tag, observed([0.0], [0.0])) | {"bound_to": bound}, now)
     written = json.loads((tag / record_data.RECORD_FILE).read_text())
     assert written["bound_to"]["file"] is None and "changed while" in written["bound_to"]["unbound"], written
@@ -155,6 +164,56 @@ def test_a_record_is_bound_only_to_files_that_still_hold_the_bytes_its_writer_wr
     assert record_data.rewritten({"a": (1, "sha256:x")}, {"a": (1, "sha256:x")}) == []
     assert record_data.rewritten({"a": (1, "sha256:x"), "b": (2, "?")}, {"a": (1, "sha256:y"), "b": (2, "?")}) == \
         ["a", "b"]
+
+
+class JobStore:
+    """Stands in for the store torch.distributed gives a job's ranks (the unit tier has no torch): the four calls
+    own_writes makes, with TCPStore's answers. The real store and real ranks: tests/test_proof.py."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, bytes] = {}
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value.encode()
+
+    def check(self, keys: list[str]) -> bool:
+        return all(key in self.values for key in keys)
+
+    def get(self, key: str) -> bytes:
+        return self.values[key]  # TCPStore's waits for a missing key: own_writes never asks for one
+
+    def delete_key(self, key: str) -> bool:
+        return self.values.pop(key, None) is not None
+
+
+def test_the_other_ranks_tell_the_writer_what_they_wrote_and_a_file_no_rank_wrote_is_not_bound(
+        tmp_path: Path) -> None:
+    # a job of two ranks (#47 item 1): rank 1's optimizer partition is bound only as rank 1 wrote it
+    tag = _zero3_save(tmp_path / "run", 1e-3)
+    partition = tag / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    files.write_torch_zip(tmp_path / "rank1.pt", {"optimizer_state_dict": {"lr": 1e-3, "fp32": files.Tensor((16,))}})
+    store = JobStore()
+    writer, rank1 = own_writes.Watch(True, store), own_writes.Watch(False, store)
+    for name in ("zero_pp_rank_0_mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                 "layer_01-model_states.pt"):
+        _written_by(writer, tag / name, shutil.copy(tag / name, tmp_path / name))
+    _written_by(rank1, partition, tmp_path / "rank1.pt")
+    assert list(store.values) == [own_writes.KEY + os.path.abspath(partition)]  # told; the writer's own are kept
+    assert own_writes.rewritten_since(str(tag), writer) is None
+    assert store.values == {} and own_writes.rewritten_since(str(tag), writer) is None  # asked once, then removed
+    # another job's rank 1 writes its partition after this job's rank 1 did
+    files.write_torch_zip(partition, {"optimizer_state_dict": {"lr": 2e-3, "fp32": files.Tensor((16,))}})
+    assert "zero_pp_rank_1_mp_rank_00_optim_states.pt: not the bytes this job wrote" in str(
+        own_writes.rewritten_since(str(tag), own_writes.Watch(True, store, writes=writer.writes,
+                                                              told=dict(writer.told))))
+    # a rank that told nothing (not armed, records off) or a store that cannot be asked: not bound
+    for untold in (own_writes.Watch(True, store, writes=writer.writes), own_writes.Watch(True, writes=writer.writes)):
+        assert str(own_writes.rewritten_since(str(tag), untold)).startswith(
+            "zero_pp_rank_1_mp_rank_00_optim_states.pt: written by no process of this job"), untold
+    # where each node saves into a folder of its own, one node's rank does not answer for another node's path
+    _written_by(own_writes.Watch(False, store, node="node-b:"), partition, tmp_path / "rank1.pt")
+    assert "written by no process" in str(own_writes.rewritten_since(
+        str(tag), own_writes.Watch(True, store, node="node-a:", writes=writer.writes)))
 
 
 def test_a_record_of_0_6_0_bound_to_the_model_states_alone_is_still_read(tmp_path: Path) -> None:

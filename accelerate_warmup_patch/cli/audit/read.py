@@ -44,6 +44,11 @@ class Save:
     model: str | None = None
     binding: dict[str, Any] | None = None  # its model-states file's (record_data.binding), where it was read
 
+    @property
+    def vouched(self) -> bool:
+        """Whether a record beside it is bound to it: only such a record speaks for this save."""
+        return self.record is not None and bool(self.record.get("bound"))
+
 
 def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCAL, *, bind: bool = False) -> Save:
     """The facts of one tag folder, read from ``store``; raises Unreadable with the reason. ``bind``: its

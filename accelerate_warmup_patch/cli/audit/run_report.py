@@ -76,7 +76,7 @@ def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
         return report
     chain = newest_bound_record(run, read, report, config_root)
     copy_of = copied_from(run, newest, report, config_root) if chain is None and newest.record is None else None
-    if copy_of is not None and copy_of.record is not None and copy_of.record.get("bound"):
+    if copy_of is not None and copy_of.vouched:
         chain = copy_of
     if chain is None and copy_of is None:
         chain = same_engine_record(run, read, report, config_root, newest)
@@ -94,7 +94,7 @@ def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
     scheduler, params = schedule(block, first)
     report.scheduler, report.params = scheduler, params
     report.notes.extend(config_facts.refused_later(scheduler, params))
-    if copy_of is not None and copy_of.record is not None and not copy_of.record.get("bound"):
+    if copy_of is not None and copy_of.record is not None and not copy_of.vouched:
         # a copy of a recorded save whose model states hold no weights: that record is a claim about these files
         report.verdict, report.why = from_table(report, scheduler, params, newest.version,
                                                  copy_of.record.get("why", ""), proof=False)

@@ -60,8 +60,8 @@ def every_save(run: Run, read: dict[PurePath, Save], report: Report, config_root
             continue
         if step_counts(save).ran is False:
             continue  # no optimizer step before it: no lr was used yet
-        found.append(_vouched(report, save, scheduler, params) if save.record is not None and
-                     save.record.get("bound") else _fresh_start(report, save))
+        found.append(_vouched(report, save, scheduler, params) if save.vouched else
+                     _fresh_start(report, save))
     worst = [item for item in found if item[0] != NOT_AFFECTED]
     if worst:
         verdict = max((verdict for verdict, _ in worst), key=WORST.__getitem__)
@@ -166,7 +166,7 @@ def newest_bound_record(run: Run, read: dict[PurePath, Save], report: Report,
         if tag not in read and not run.store.exists(tag / RECORD_FILE):
             continue
         save = read[tag] if tag in read else read_earlier(tag, read, report, config_root, run.store)
-        if save is not None and save.record is not None and save.record.get("bound"):
+        if save is not None and save.vouched:
             return save
     return None
 
@@ -184,7 +184,7 @@ def same_engine_record(run: Run, read: dict[PurePath, Save], report: Report, con
         if tag not in read and not run.store.exists(tag / RECORD_FILE):
             continue
         save = read_earlier(tag, read, report, config_root, run.store)
-        if save is None or save.record is None or not save.record.get("bound") or save.model != newest.model or \
+        if save is None or not save.vouched or save.model != newest.model or \
                 not isinstance(save.global_steps, int) or save.global_steps >= newest.global_steps:
             continue
         if found is None or save.global_steps > found.global_steps:
@@ -215,7 +215,7 @@ def copied_from(run: Run, newest: Save, report: Report, config_root: str | None)
             save = read_save(tag, config_root, run.store)
         except Unreadable:
             continue
-        if save.record is None or not save.record.get("bound") or \
+        if save.record is None or not save.vouched or \
                 not record_data.same_model_states(save.record["bound_to"], bound):
             continue
         report.notes.append(f"{newest.tag.name} holds no record; its model-states file is a copy of "
@@ -263,7 +263,7 @@ def earlier_proof(run: Run, read: dict[PurePath, Save], report: Report, config_r
         if tag not in read and not run.store.exists(tag / RECORD_FILE):
             continue
         save = read_earlier(tag, read, report, config_root, run.store)
-        if save is not None and save.record is not None and save.record.get("bound") and \
+        if save is not None and save.record is not None and save.vouched and \
                 save.record["step0"]["how"] == record_data.OBSERVED:
             return save
     return None
