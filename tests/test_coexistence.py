@@ -42,7 +42,7 @@ def test_two_threads_applying_at_once_wrap_each_target_once():
 
 def test_remove_takes_out_our_layer_under_a_wrapt_tools_and_apply_adds_one_on_top():
     got = _run("remove_takes_out_our_layer_under_a_wrapt_tools_and_apply_adds_one_on_top")
-    assert got["out"] == [0, 0, 0]
+    assert got["out"] == [0] * len(got["expected"])
     assert got["their_calls"] == 1  # their wrapper still works with ours gone
     assert got["after_apply"] == got["expected"]
     assert got["on_top"] == bool(got["expected"][1])
@@ -67,7 +67,7 @@ def test_a_plain_wrapper_over_ours_keeps_ours_passing_through_and_apply_reuses_i
 def test_a_tool_under_ours_keeps_working_after_remove(tool):
     got = _run("a_tool_under_ours_keeps_working_after_remove", tool)
     assert got["stacked"] == got["expected"]
-    assert got["after"] == [0, 0, 0]
+    assert got["after"] == [0] * len(got["expected"])
     assert got["theirs_on_top"]
     assert got["calls"] == 1
     assert not [line for line in got["said"] if "wrapped again" in line], got["said"]

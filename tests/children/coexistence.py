@@ -59,7 +59,8 @@ def first_lr() -> float:
     return float(optimizer.param_groups[0]["lr"])
 
 LABELS = ["deepspeed.initialize", "deepspeed.runtime.lr_schedules.WarmupLR.__init__",
-          "accelerate.utils.deepspeed.DeepSpeedEngineWrapper.backward"]
+          "accelerate.utils.deepspeed.DeepSpeedEngineWrapper.backward",
+          "deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine.TorchCheckpointEngine.save"]
 EXPECTED = [int(label in awp.status()["patched"]) for label in LABELS]  # WarmupLR.__init__: buggy releases only
 NEEDS_FIX = bool(EXPECTED[1])
 
@@ -88,7 +89,8 @@ def plain_wrap(owner: Any, name: str) -> Any:
     setattr(owner, name, wrapper)
     return original
 
-TARGETS = [(deepspeed, "initialize"), (lr_schedules.WarmupLR, "__init__"), (DeepSpeedEngineWrapper, "backward")]
+TARGETS = [(deepspeed, "initialize"), (lr_schedules.WarmupLR, "__init__"), (DeepSpeedEngineWrapper, "backward"),
+           (TorchCheckpointEngine, "save")]
 
 
 def apply_and_remove_from_two_threads_restore_every_original_and_apply_adds_one_layer() -> None:
