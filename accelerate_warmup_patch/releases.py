@@ -463,8 +463,8 @@ WRAPPED: tuple[Wrapped, ...] = (
     Wrapped("DeepSpeedEngine.save_checkpoint", Span(DEEPSPEED_FLOOR, None), ARMED,
             "writes the record accelerate_warmup_patch.json beside each checkpoint (docs/mark.md)"),
     Wrapped("TorchCheckpointEngine.save", Span(DEEPSPEED_FLOOR, None), ARMED,
-            "notes the states files the record's writer saved itself, so that a record is not bound to files another "
-            "job saved into the same tag at the same moment (docs/mark.md)"),
+            "notes the states files each rank saved itself (told to the record's writer), so that a record is not "
+            "bound to files another job saved into the same tag at the same moment (docs/mark.md)"),
     Wrapped("DeepSpeedEngine._take_model_step", Span(DEEPSPEED_FLOOR, None), ("step",),
             "steps a fresh scheduler once, just before its engine's first optimizer step (OPTIMIZER_STEPS)"),
     Wrapped("MultiNodeRunner.__init__", Span(DEEPSPEED_FLOOR, None), (*ARMED, "off"),
