@@ -17,12 +17,12 @@ import socket
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from . import record_data
 from .state import STATE
 
-Fact = tuple[int, Optional[str]]  # record_data.file_fact: a states file's size and its members' digest
+Fact = record_data.Fact
 KEY = "accelerate_warmup_patch/own_write/"  # the store's keys: this prefix, then the node (or ""), then the path
 
 
@@ -130,24 +130,19 @@ def _written(this: Watch, path: str) -> Fact | None:
     return this.told[path]
 
 
-def rewritten_since(folder: str, this: Watch | None) -> str | None:
-    """Why the states files a record in ``folder`` binds are not, now, the bytes this job's save wrote (another job
-    saved into the same tag, or a file was written by no process of this job that was watched); None where each of
-    them holds this job's own bytes."""
+def rewritten_since(folder: str, this: Watch | None, now: dict[str, Fact]) -> str | None:
+    """Why the states files a record in ``folder`` binds (``now``: each one's fact as read back, record_data.read_back)
+    are not the bytes this job's save wrote (another job saved into the same tag, or a file was written by no process
+    of this job that was watched); None where each of them holds this job's own bytes."""
     if this is None:
         return "this process's own writes of the save were not watched"
     here = os.path.abspath(folder)
-    try:
-        names = record_data.bound_files(os.listdir(here))
-    except OSError as error:
-        return f"the tag folder cannot be listed ({error})"
-    written = {name: _written(this, os.path.join(here, name)) for name in names}
+    written = {name: _written(this, os.path.join(here, name)) for name in now}
     untold = sorted(name for name, fact in written.items() if fact is None)
     if untold:
         return (f"{_named(untold)}: written by no process of this job that the patch watched in this save (a rank "
                 "not armed, or with records off, or one this process cannot ask), so this save's bytes cannot be "
                 "told from another job's")
-    now = {name: record_data.file_fact(os.path.join(here, name)) for name in names}
     changed = record_data.rewritten({name: fact for name, fact in written.items() if fact is not None}, now)
     if not changed:
         return None

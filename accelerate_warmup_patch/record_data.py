@@ -17,7 +17,7 @@ import json
 import math
 import os
 import re
-from typing import Any
+from typing import Any, Optional
 
 from . import torch_file
 
@@ -33,6 +33,7 @@ MAX_LOADS = 8  # the loads a record lists (newest first): the chain stays this s
 # prefix under bf16), layer_NN-model_states.pt. Under ZeRO 3 and the pipeline the weights live there, not in the
 # model-states file the audit reads, so the binding covers them too (docs/mark.md).
 STATES_FILE = re.compile(r"(?:^|[_-])(?:model|optim)_states\.pt$")
+Fact = tuple[int, Optional[str]]  # a states file as a binding names it: its size and its members' digest (file_fact)
 MAX_BOUND_FILES = 1024  # the other states files a record binds (the lowest names): bounded time per save
 RECORD_BYTES = 64 * 1024  # the bound of a record read back (at a load, and by the audit)
 # the temporary file of a record's atomic write: a name no reader of records matches (it does not end in .json),
@@ -118,25 +119,37 @@ UNREADABLE = "?"  # the members' digest of another states file that could not be
 
 
 def bind(folder: str) -> dict[str, Any]:
+    """``bound_to`` for the lowest-ranked model-states file in ``folder`` and the other states files beside it
+    (read_back)."""
+    return read_back(folder)[0]
+
+
+def read_back(folder: str) -> tuple[dict[str, Any], dict[str, Fact]]:
     """``bound_to`` for the lowest-ranked model-states file in ``folder`` and the other states files beside it,
     read back now by the audit's own reader (torch_file) under its bounds, so that a record is never bound to a file
-    the audit cannot read; where the model states cannot be read back as a zip, ``{"file": None, "unbound": why}``."""
-    name = lowest_model_states(folder)
-    if name is None:
-        return unbound(f"no *model_states.pt in {os.path.basename(folder) or folder}")
+    the audit cannot read; where the model states cannot be read back as a zip, ``{"file": None, "unbound": why}``.
+    Beside it, the fact of each file it binds (file_fact), from the same listing and the same read of each file."""
+    try:
+        names = bound_files(os.listdir(folder))
+    except OSError:
+        names = []
+    if not names:
+        return unbound(f"no *model_states.pt in {os.path.basename(folder) or folder}"), {}
+    name, others = names[0], names[1:]
     try:
         directory = torch_file.zip_directory(os.path.join(folder, name))
     except (OSError, torch_file.Unreadable) as error:
-        return unbound(_not_a_zip(name, type(error).__name__, str(error)))
+        return unbound(_not_a_zip(name, type(error).__name__, str(error))), {}
     if not directory.zip:
-        return unbound(_not_a_zip(name, "BadZipFile", directory.why))
+        return unbound(_not_a_zip(name, "BadZipFile", directory.why)), {}
+    facts = {name: (directory.size, members_digest(directory.members)),
+             **{other: file_fact(os.path.join(folder, other)) for other in others}}
     bound = binding(name, directory.size, directory.members)
-    bound["others"] = others_binding([(other, *file_fact(os.path.join(folder, other)))
-                                      for other in other_states(os.listdir(folder), name)])
-    return bound
+    bound["others"] = others_binding([(other, *facts[other]) for other in others])
+    return bound, facts
 
 
-def file_fact(path: str) -> tuple[int, str | None]:
+def file_fact(path: str) -> Fact:
     """A states file as a binding names it: its size and its members' digest (None for a file that is not a zip;
     size -1 and UNREADABLE for one that cannot be read), from its zip central directory alone."""
     try:
@@ -146,7 +159,7 @@ def file_fact(path: str) -> tuple[int, str | None]:
     return found.size, members_digest(found.members) if found.zip else None
 
 
-def rewritten(noted: dict[str, tuple[int, str | None]], now: dict[str, tuple[int, str | None]]) -> list[str]:
+def rewritten(noted: dict[str, Fact], now: dict[str, Fact]) -> list[str]:
     """The files a process wrote in a save (``noted``: name -> file_fact right after its own write) that hold other
     bytes now, or are gone, or could not be read either time: another job wrote them since (docs/mark.md)."""
     return sorted(name for name, fact in noted.items()

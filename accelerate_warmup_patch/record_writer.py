@@ -227,8 +227,8 @@ def _bound_to(engine: Any, folder: str, watch: own_writes.Watch | None) -> dict[
     decoupled = getattr(checkpoint_engine, "is_decoupled", None)
     if callable(decoupled) and decoupled() is not False:
         return record_data.unbound("the checkpoint engine is decoupled: it writes after save_checkpoint returns")
-    bound = record_data.bind(folder)
-    raced = own_writes.rewritten_since(folder, watch) if bound["file"] is not None else None
+    bound, now = record_data.read_back(folder)
+    raced = own_writes.rewritten_since(folder, watch, now) if bound["file"] is not None else None
     return record_data.unbound(raced) if raced is not None else bound
 
 
@@ -352,8 +352,8 @@ def write_checked(folder: str, data: dict[str, Any], watch: own_writes.Watch | N
     bound = data["bound_to"]
     if bound.get("file") is None:
         return
-    again = record_data.bind(folder)
-    raced = own_writes.rewritten_since(folder, watch) if again.get("file") is not None else again.get("unbound")
+    again, now = record_data.read_back(folder)
+    raced = own_writes.rewritten_since(folder, watch, now) if again.get("file") is not None else again.get("unbound")
     if raced is None and not record_data.same_binding(bound, again):
         raced = f"the tag folder changed while the record was written ({record_data.binding_problem(bound, again)})"
     if raced is not None:

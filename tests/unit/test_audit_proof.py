@@ -133,6 +133,11 @@ def test_a_rerun_whose_model_states_file_is_byte_identical_is_still_not_that_sav
     assert any("the other states files" in note for note in report["notes"]), report["notes"]
 
 
+def raced(tag: Path, watch: own_writes.Watch | None) -> str | None:
+    """Why a record in ``tag`` is not bound to this job's bytes, as the record's writer asks after its read-back."""
+    return own_writes.rewritten_since(str(tag), watch, record_data.read_back(str(tag))[1])
+
+
 def _written_by(watch: own_writes.Watch, path: Path, source: str | Path) -> None:
     """``path`` saved in a watched save of this thread, as the checkpoint engine's wrapped save does."""
     with own_writes.saving(watch):
@@ -147,14 +152,14 @@ def test_a_record_is_bound_only_to_files_that_still_hold_the_bytes_its_writer_wr
     writes = own_writes.Watch(writer=True)
     _written_by(writes, states, shutil.copy(states, tmp_path / "saved.pt"))
     assert writes.writes == {os.path.abspath(states): record_data.file_fact(str(states))}
-    assert own_writes.rewritten_since(str(tag), writes) is None
+    assert raced(tag, writes) is None
     # nothing of its own, nothing told: nothing to bind
-    assert "written by no process of this job" in str(own_writes.rewritten_since(str(tag), own_writes.Watch(True)))
-    assert own_writes.rewritten_since(str(tag), None) is not None
+    assert "written by no process of this job" in str(raced(tag, own_writes.Watch(True)))
+    assert raced(tag, None) is not None
     bound = record_data.bind(str(tag))
     files.write_run(tmp_path / "other", lr=2e-3)  # the other job's bytes land after this job's own write
     shutil.copy(tmp_path / "other" / "global_step6" / "mp_rank_00_model_states.pt", states)
-    assert "another job" in str(own_writes.rewritten_since(str(tag), writes))
+    assert "another job" in str(raced(tag, writes))
     # bound before the folder changed, while the record was written: written again, unbound
     now = own_writes.Watch(True, writes={os.path.abspath(states): record_data.file_fact(str(states))})
     record_writer.write_checked(str(tag), record2(tag, observed([0.0], [0.0])) | {"bound_to": bound}, now)
@@ -199,21 +204,20 @@ def test_the_other_ranks_tell_the_writer_what_they_wrote_and_a_file_no_rank_wrot
         _written_by(writer, tag / name, shutil.copy(tag / name, tmp_path / name))
     _written_by(rank1, partition, tmp_path / "rank1.pt")
     assert list(store.values) == [own_writes.KEY + os.path.abspath(partition)]  # told; the writer's own are kept
-    assert own_writes.rewritten_since(str(tag), writer) is None
-    assert store.values == {} and own_writes.rewritten_since(str(tag), writer) is None  # asked once, then removed
+    assert raced(tag, writer) is None
+    assert store.values == {} and raced(tag, writer) is None  # asked once, then removed
     # another job's rank 1 writes its partition after this job's rank 1 did
     files.write_torch_zip(partition, {"optimizer_state_dict": {"lr": 2e-3, "fp32": files.Tensor((16,))}})
     assert "zero_pp_rank_1_mp_rank_00_optim_states.pt: not the bytes this job wrote" in str(
-        own_writes.rewritten_since(str(tag), own_writes.Watch(True, store, writes=writer.writes,
-                                                              told=dict(writer.told))))
+        raced(tag, own_writes.Watch(True, store, writes=writer.writes, told=dict(writer.told))))
     # a rank that told nothing (not armed, records off) or a store that cannot be asked: not bound
     for untold in (own_writes.Watch(True, store, writes=writer.writes), own_writes.Watch(True, writes=writer.writes)):
-        assert str(own_writes.rewritten_since(str(tag), untold)).startswith(
+        assert str(raced(tag, untold)).startswith(
             "zero_pp_rank_1_mp_rank_00_optim_states.pt: written by no process of this job"), untold
     # where each node saves into a folder of its own, one node's rank does not answer for another node's path
     _written_by(own_writes.Watch(False, store, node="node-b:"), partition, tmp_path / "rank1.pt")
-    assert "written by no process" in str(own_writes.rewritten_since(
-        str(tag), own_writes.Watch(True, store, node="node-a:", writes=writer.writes)))
+    node_a = own_writes.Watch(True, store, node="node-a:", writes=writer.writes)
+    assert "written by no process" in str(raced(tag, node_a))
 
 
 def test_a_record_of_0_6_0_bound_to_the_model_states_alone_is_still_read(tmp_path: Path) -> None:
