@@ -8,9 +8,9 @@ a change, the scheduler method that carries it upstream (``WRAPPERS``):
 - ``__init__`` (``settle`` after the original has run, at the same depth as upstream's fix):
   the start lr (PR #6597 WarmupLR, #7969 WarmupCosineLR), the default peak (#7360, #8171), an unknown
   warmup_type (#8151);
-- ``get_lr`` before the first step (#6597, #7969): ``newest.lr_before_start``;
+- ``get_lr`` before the first step (#6597, #7969): ``reference.lr_before_start``;
 - ``get_lr_ratio`` of WarmupCosineLR: 0.0 before the first step (#7969), past the warmup 0.19.3's
-  formula (#8142): ``newest.cosine_ratio``.
+  formula (#8142): ``reference.cosine_ratio``.
 
 nets.py calls ``settle`` too, for a scheduler built before the patch was applied. Every lr is written
 the way the running release writes it (``schedules.write``), every change goes through
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from . import failures, installed, log, newest, record_writer, releases, schedules, wrapping
+from . import failures, installed, log, record_writer, reference, releases, schedules, wrapping
 from .settings import ENV_MODE, Mode
 from .state import STATE
 
@@ -246,7 +246,7 @@ def _name_unsettled(scheduler: Any, name: str, version: str) -> None:
         return  # it has stepped, or its optimizer has (or holds restored state): its lr is not the build's
     iteration = scheduler.last_batch_iteration
     left = schedules.fmt([g["lr"] for g in optimizer.param_groups])
-    start = schedules.fmt(newest.lr_before_start(scheduler, name))
+    start = schedules.fmt(reference.lr_before_start(scheduler, name))
     STATE.not_fixed.append(f"{name} at iteration {iteration}: built before the patch was applied and "
                            f"resumed without a step; its lr is left at {left}")
     log.warn_once(f"unsettled:{id(scheduler)}", "%s was built before the patch was applied and set to iteration %s "
@@ -313,7 +313,7 @@ def _get_lr_wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwarg
     result = wrapped(*args, **kwargs) if mode != Mode.WARN else None
     try:
         if instance.last_batch_iteration < 0:
-            return newest.lr_before_start(instance, schedules.class_name(instance) or "")
+            return reference.lr_before_start(instance, schedules.class_name(instance) or "")
     except Exception as error:
         failures.report("get_lr", what=f"get_lr() of {type(instance).__name__} before its first step", error=error,
                         consequence="get_lr() returns what this DeepSpeed returns")
@@ -333,7 +333,7 @@ def _get_lr_ratio(original: Callable[..., Any], version: str) -> Callable[..., A
         try:
             before = before_start and instance.last_batch_iteration < 0
             past = not before and past_warmup and instance.last_batch_iteration >= instance.warmup_num_steps
-            ratio = newest.cosine_ratio(instance) if past else None
+            ratio = reference.cosine_ratio(instance) if past else None
         except Exception as error:
             failures.report("get_lr_ratio", what=f"get_lr_ratio() of {type(instance).__name__}", error=error,
                             consequence="get_lr_ratio() returns what this DeepSpeed returns")

@@ -2,7 +2,7 @@
 
 Run by ``targets.patch_deepspeed`` when deepspeed is imported, before anything is wrapped, so it meets the build's
 own code. Each class is built on a scratch torch optimizer (two groups of different lrs, one-element parameters),
-stepped a few times, and compared with DeepSpeed 0.19.8's formulas (newest.py) at the same positions: the start
+stepped a few times, and compared with DeepSpeed 0.19.8's formulas (reference.py) at the same positions: the start
 lr of every group, ``get_lr()`` before the first step, WarmupLR's peak without ``warmup_max_lr``, WarmupCosineLR's
 ratio before the first step and past its warmup and total, an unknown ``warmup_type``, and what a step leaves in a
 group whose lr is a tensor. What differs is a change of ``releases.UPSTREAM_CHANGES`` the build lacks
@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
-from . import installed, log, newest, releases
+from . import installed, log, reference, releases
 from .state import STATE
 
 GROUP_LRS = (0.01, 0.02)  # the scratch optimizer's groups: different lrs, so that "group 0's" shows
@@ -80,17 +80,17 @@ def _starts(cls: type, name: str, torch: Any, lacks: set[tuple[str, str]], **par
     """The start lr of every group, and get_lr() before the first step, against 0.19.8's (PR #6597, #7969)."""
     optimizer = _optimizer(torch)
     scheduler = cls(optimizer, **params)
-    reference = newest.lr_before_start(scheduler, name)
+    expected = reference.lr_before_start(scheduler, name)
     got = _lrs(optimizer)
-    if not _same(got, reference):
+    if not _same(got, expected):
         lacks.add((name, "start"))
-    if not _same(list(scheduler.get_lr()), reference):
+    if not _same(list(scheduler.get_lr()), expected):
         lacks.add((name, "get_lr_before_start"))
     if name == "WarmupCosineLR" and not _is_number(scheduler.get_lr_ratio(), 0.0):
         lacks.add((name, "ratio_before_start"))
-    if _same(got, reference):
+    if _same(got, expected):
         return releases.Start.SETS_EVERY_GROUP
-    return releases.Start.SETS_GROUP_0_ONLY if _same(got[:1], reference[:1]) else releases.Start.LEAVES_OPTIMIZER_LR
+    return releases.Start.SETS_GROUP_0_ONLY if _same(got[:1], expected[:1]) else releases.Start.LEAVES_OPTIMIZER_LR
 
 
 def _is_number(value: Any, expected: float) -> bool:
@@ -138,7 +138,7 @@ def _cosine_later(cls: type, torch: Any, lacks: set[tuple[str, str]]) -> None:
         for _ in range(TOTAL + PAST):
             scheduler.step()
             if scheduler.last_batch_iteration >= WARMUP and not _is_number(scheduler.get_lr_ratio(),
-                                                                           newest.cosine_ratio(scheduler)):
+                                                                           reference.cosine_ratio(scheduler)):
                 lacks.add(("WarmupCosineLR", "ratio_past_warmup"))
                 return
     except ArithmeticError:

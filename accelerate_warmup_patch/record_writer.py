@@ -25,9 +25,9 @@ from typing import Any
 from . import (
     failures,
     loaded_record,
-    newest,
     own_writes,
     record_data,
+    reference,
     releases,
     schedules,
     settings,
@@ -255,7 +255,7 @@ def _encoded(values: list[float] | None) -> list[float | str] | None:
     return None if values is None else [record_data.encode_lr(v) for v in values]
 
 
-# what the patch says it did that claims step 0 runs as the newest release runs it: checked against 0.19.8's
+# what the patch says it did that claims step 0 runs as the reference release runs it: checked against 0.19.8's
 # formula at the first optimizer step (``_checked``)
 _CLAIMS_THE_REFERENCE = (FIXED, AS_RELEASE)
 
@@ -306,7 +306,7 @@ def _expected(scheduler: Any, name: str | None, iteration: Any) -> list[float] |
     if scheduler is None or not isinstance(iteration, int):
         return None
     try:
-        return newest.lrs_at(scheduler, name, iteration)
+        return reference.lrs_at(scheduler, name, iteration)
     except Exception:  # a scheduler whose parameters are not DeepSpeed's: nothing is claimed for it
         return None
 

@@ -1,6 +1,7 @@
-"""DeepSpeed 0.19.8's lr formulas for the warmup schedulers (lr_schedules.py @ v0.19.8), from a scheduler's own
-parameters: what the fix reproduces (backport.py), what the probe compares the installed build with (probe.py),
-and what the record compares the first optimizer step with (record_writer.py). Reading only: nothing here writes.
+"""The reference release's lr formulas for the warmup schedulers (``releases.BEHAVIOR_REFERENCE``, 0.19.8:
+lr_schedules.py @ v0.19.8), from a scheduler's own parameters: what the fix reproduces (the units' backports,
+``upstream/``), what the probe compares the installed build with (probe.py), and what the record compares the first
+optimizer step with (record_writer.py). Reading only: nothing here writes.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def _cosine_at(scheduler: Any, real_last_step: int) -> float:
 
 
 def lrs_at(scheduler: Any, name: str | None, iteration: int) -> list[float] | None:
-    """Each group's lr 0.19.8's ``name`` gives at ``iteration`` (its last_batch_iteration) with this scheduler's
+    """Each group's lr the reference's ``name`` gives at ``iteration`` (its last_batch_iteration) with this scheduler's
     parameters; None for a class without a formula here (OneCycle, LRRangeTest: no change was backported)."""
     if iteration < 0 and name in ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR"):
         return [_value(v) for v in lr_before_start(scheduler, name)]
