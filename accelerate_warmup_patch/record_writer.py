@@ -41,7 +41,7 @@ RECORD = record_data.RECORD
 
 # what this process's patch did about optimizer step 0 of a scheduler (the record's "scheduler.step0"): the words
 # are the record's (record_data), which the audit reads; step0.patch_did keeps "fixed" and "as-release" only where
-# the first step ran at 0.19.8's lrs
+# the first step ran at the reference release's lrs
 FIXED, WARNED, AS_RELEASE = record_data.FIXED, record_data.WARNED, record_data.AS_RELEASE
 EARLIER_PROCESS, LEFT, UNKNOWN = record_data.EARLIER_PROCESS, record_data.LEFT, record_data.UNKNOWN
 
@@ -255,7 +255,7 @@ def _encoded(values: list[float] | None) -> list[float | str] | None:
     return None if values is None else [record_data.encode_lr(v) for v in values]
 
 
-# what the patch says it did that claims step 0 runs as the reference release runs it: checked against 0.19.8's
+# what the patch says it did that claims step 0 runs as the reference release runs it: checked against the reference's
 # formula at the first optimizer step (``_checked``)
 _CLAIMS_THE_REFERENCE = (FIXED, AS_RELEASE)
 
@@ -300,7 +300,7 @@ def _stepped_outside_the_engine(engine: Any, scheduler: Any) -> bool:
 
 
 def _expected(scheduler: Any, name: str | None, iteration: Any) -> list[float] | None:
-    """What 0.19.8 runs the first optimizer step at: its formula for this scheduler's parameters at the position
+    """What the reference runs the first optimizer step at: its formula for this scheduler's parameters at the position
     the scheduler held when that step ran (a user may have stepped it before training). Computed, never copied
     from what ran; None where there is no formula (OneCycle, LRRangeTest) or the position is not known."""
     if scheduler is None or not isinstance(iteration, int):
@@ -313,7 +313,7 @@ def _expected(scheduler: Any, name: str | None, iteration: Any) -> list[float] |
 
 def _checked(action: Action | None, observed: list[Any], expected: list[float] | None) -> str | None:
     """What the patch did, as the record says it: "fixed" and "as-release" only where the observed lrs are
-    0.19.8's; where they are not, "left" (what the patch meant was not what ran). A class without a formula here
+    the reference's; where they are not, "left" (what the patch meant was not what ran). A class without a formula here
     keeps its word: the audit compares its lrs with the table's reading."""
     if action is None:
         return None

@@ -492,10 +492,10 @@ def _print_config(section: dict[str, Any], deepspeed: str | None) -> None:
     if lrs is None:
         print(f"  step lrs not computed: {section['lrs_not_computed']}")
         return
-    # warmup_min_lr 0 (or warmup_min_ratio 0): reset runs steps 0 and 1 at 0, as the newest release does
+    # warmup_min_lr 0 (or warmup_min_ratio 0): reset runs steps 0 and 1 at 0, as the reference release does
     wasted = all(lr == 0 for row in lrs["patched"][:2] for lr in row)
     if wasted:
-        print(f"  steps 0 and 1 both run at 0: step 0 changes nothing (as on DeepSpeed {releases.NEWEST_DEEPSPEED}, "
+        print(f"  steps 0 and 1 both run at 0: step 0 changes nothing (as on DeepSpeed {releases.BEHAVIOR_REFERENCE}, "
               f"whose users report it as a wasted step); step mode ({settings.ENV_MODE}=step) runs step k at lr(k): "
               "its column below")
     print(f"The lr each optimizer step uses (DeepSpeed {lrs['deepspeed']}'s own {section['scheduler']} on a "

@@ -9,10 +9,13 @@ import shlex
 import sys
 from typing import Any
 
-DESCRIPTION = """\
+from .. import releases
+
+FLOOR, REFERENCE = releases.DEEPSPEED_FLOOR, releases.BEHAVIOR_REFERENCE  # named in the help below
+DESCRIPTION = f"""\
 DeepSpeed releases before 0.15.3 run the first optimizer step of a WarmupLR, WarmupDecayLR or
 WarmupCosineLR at the optimizer's lr instead of the warmup start. This package gives every
-release from 0.9.0 on the lrs of DeepSpeed 0.19.8. Turn it on with ACCELERATE_WARMUP_PATCH=reset
+release from {FLOOR} on the lrs of DeepSpeed {REFERENCE}. Turn it on with ACCELERATE_WARMUP_PATCH=reset
 in the job's environment, or `import accelerate_warmup_patch` first in the training script."""
 EPILOG = """\
 exit codes:
@@ -58,11 +61,11 @@ Without options: what a process started with this environment would do (the envi
 the .pth, sitecustomize) and which interpreters the switch reaches, asked of each, without importing
 torch or deepspeed. --live starts such a process, imports deepspeed and accelerate in it (5-15 s,
 said on stderr while it runs), and prints its status(): mode, wrappers, verdicts."""
-AUDIT = """\
+AUDIT = f"""\
 Reads the DeepSpeed checkpoints of finished runs (each PATH: a checkpoint folder with `latest`, one tag
 folder, a Trainer output folder, or a folder of many runs, searched) and says per run, from its newest
 tag: the release that wrote it, its scheduler, the lr optimizer step 0 ran at (from its earliest save, and
-the record a patched run left there) and the lr DeepSpeed 0.19.8 runs it at, and a verdict: affected, not
+the record a patched run left there) and the lr DeepSpeed {REFERENCE} runs it at, and a verdict: affected, not
 affected, unknown, unreadable, skipped (a symlinked folder, a run named twice); one per engine where a
 folder holds the saves of several (accelerate's pytorch_model, pytorch_model_1). A PATH may be an fsspec
 URL (s3://bucket/prefix: pip install fsspec s3fs, or the [s3] / [gcs] extra). Nothing a checkpoint's

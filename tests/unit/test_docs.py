@@ -341,3 +341,60 @@ def test_the_audits_field_table_names_every_field_of_a_report_and_no_other() -> 
     table = table[:table.index("\n\n")]
     named = re.findall(r"`([a-z0-9_]+)`", "\n".join(row.split(" | ")[0] for row in table.splitlines()[2:]))
     assert sorted(named) == sorted(FIELDS)
+
+
+# The reference release: named once (releases.BEHAVIOR_REFERENCE), in the code and in the docs -------------------
+
+VERSION = r"(\d+\.\d+\.\d+)"
+# the ways the docs name the reference release ("0.19.8 runs it at", "as on DeepSpeed 0.19.8", "0.19.8's formulas"):
+# a number in any of them is the reference's, so that moving BEHAVIOR_REFERENCE fails here until the docs follow
+REFERENCE_PHRASES = [re.compile(pattern) for pattern in (
+    rf"\b{VERSION} (?:runs (?:it|step 0)|peaks at|starts the two|holds cos_min_ratio)",
+    rf"\bas on (?:DeepSpeed )?{VERSION}(?!\.?\d)",
+    rf"\bas {VERSION}(?:'s (?:own )?constructor| runs| does)",
+    rf"(?:against|with|`expected`:) {VERSION}'s formulas?",
+    rf"\b{VERSION}'s (?:lrs?|own constructor|constructor)\b",
+    rf"(?:lr is|lr and|than|starts at) (?:on )?{VERSION}'s",
+    rf"\blr than on {VERSION}\b",
+    rf"\band on {VERSION};",
+    rf"\bon {VERSION} \(and the default",
+    rf"(?:reference release|BEHAVIOR_REFERENCE)[^.\n]{{0,80}}?{VERSION}",
+    rf"{VERSION}, `(?:releases\.)?BEHAVIOR_REFERENCE`",
+)]
+
+
+def test_every_doc_that_names_the_reference_release_names_behavior_reference() -> None:
+    from accelerate_warmup_patch import releases
+
+    named = [(f"{page.relative_to(ROOT)}", number) for page in PAGES
+             for phrase in REFERENCE_PHRASES for number in phrase.findall(page.read_text(encoding="utf-8"))]
+    assert len(named) >= 25, named  # the check reads what it claims to
+    assert [(page, number) for page, number in named if number != releases.BEHAVIOR_REFERENCE] == []
+
+
+def test_the_reference_phrases_find_a_stale_number() -> None:
+    stale = "step 0's lr and 0.20.0's; 0.20.0 runs it at 0.0, as on DeepSpeed 0.20.0. (`BEHAVIOR_REFERENCE`, 0.20.0)"
+    assert sum(len(phrase.findall(stale)) for phrase in REFERENCE_PHRASES) == 4
+    assert not any(phrase.search("DeepSpeed 0.9.0 to 0.19.8 (older: nothing") for phrase in REFERENCE_PHRASES)
+
+
+def _strings_said(path: Path) -> list[tuple[int, str]]:
+    """The string constants of a module that are no docstring: what it writes, logs, returns or prints."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return [(node.lineno, node.value) for node in ast.walk(tree) if isinstance(node, ast.Constant)
+            and isinstance(node.value, str) and id(node) not in docstrings]
+
+
+def test_the_code_names_the_reference_release_only_through_behavior_reference() -> None:
+    from accelerate_warmup_patch import releases
+
+    package = ROOT / "accelerate_warmup_patch"
+    spelled = [f"{path.relative_to(package)}:{line}: {text[:80]!r}" for path in sorted(package.rglob("*.py"))
+               if path.name != "releases.py" for line, text in _strings_said(path)
+               if re.search(rf"(?<![\d.]){re.escape(releases.BEHAVIOR_REFERENCE)}(?![\d])", text)]
+    assert spelled == []

@@ -1,4 +1,5 @@
-"""``audit PATH...``: were finished runs hurt? The step-0 lr each run's checkpoints say it ran at, against 0.19.8's.
+"""``audit PATH...``: were finished runs hurt? The step-0 lr each run's checkpoints say it ran at, against the
+reference release's.
 
 A training log cannot tell (the HF Trainer logs the lr after the scheduler stepped, and never step 0's); the
 checkpoint can. Every DeepSpeed model-states file holds ``ds_version`` (the release that wrote it), the

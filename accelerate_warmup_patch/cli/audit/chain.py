@@ -57,8 +57,8 @@ def _unless_started_afresh(report: Report, scheduler: str, params: dict[str, Any
 def _unless_a_gap(report: Report, scheduler: str, params: dict[str, Any], earlier: Save,
                   harmed: tuple[str, str], differences: int) -> tuple[str, str]:
     """A chain whose step 0 ran unrecorded, in a folder where an earlier save's bound record observed step 0 run
-    as 0.19.8 runs it: the unrecorded process resumed from that save (then step 0 is as recorded there) or started
-    afresh unpatched (then it is the harm the chain names), and the files cannot tell which."""
+    as the reference release runs it: the unrecorded process resumed from that save (then step 0 is as recorded
+    there) or started afresh unpatched (then it is the harm the chain names), and the files cannot tell which."""
     assert earlier.record is not None
     scratch = replace(report, differences=[], notes=[])
     verdict, proof = step0_from_origin(scratch, earlier.record["step0"], scheduler, params, earlier)
@@ -108,7 +108,8 @@ def step0_from_origin(report: Report, origin: dict[str, Any], scheduler: str, pa
 
 def _newest_step0_from_table(report: Report, scheduler: str, params: dict[str, Any],
                              release: str) -> list[Lr] | None:
-    """What 0.19.8 runs step 0 at for this config, per group, as the table reads it; None where it cannot."""
+    """What the reference release runs step 0 at for this config, per group, as the table reads it; None where it
+    cannot."""
     scratch = _table_reading(report, scheduler, params, release)
     newest = scratch.newest_step0_lrs
     return list(newest) if newest else ([scratch.newest_step0_lr] if scratch.newest_step0_lr is not None
@@ -116,8 +117,9 @@ def _newest_step0_from_table(report: Report, scheduler: str, params: dict[str, A
 
 
 def _observed(report: Report, origin: dict[str, Any], table: list[Lr] | None) -> tuple[str, str]:
-    """Step 0 as a patched process saw its optimizer run it, against what 0.19.8 runs it at: the lrs that patch set
-    (or found right, or would have set in warn mode), else the table's reading of the config (``table``)."""
+    """Step 0 as a patched process saw its optimizer run it, against what the reference release runs it at: the lrs
+    that patch set (or found right, or would have set in warn mode), else the table's reading of the config
+    (``table``)."""
     lrs, expected = origin["lrs"], origin["expected"]
     who = f"accelerate-warmup-patch {origin.get('patch') or '?'} ({origin.get('mode') or '?'})"
     report.step0_lrs, report.step0_lr = lrs, lrs[0] if lrs else None
@@ -126,14 +128,14 @@ def _observed(report: Report, origin: dict[str, Any], table: list[Lr] | None) ->
         expected = table
     ran = f"step 0 ran at {lrs_text(lrs, None)} (observed by {who} on DeepSpeed {origin['deepspeed']})"
     if expected is None:
-        return UNKNOWN, f"{ran}; what {releases.NEWEST_DEEPSPEED} runs it at is not known here"
+        return UNKNOWN, f"{ran}; what {releases.BEHAVIOR_REFERENCE} runs it at is not known here"
     report.newest_step0_lrs, report.newest_step0_lr = expected, expected[0] if expected else None
     if record_data.same_lrs(lrs, expected):
         did = {record_data.FIXED: ", which fixed it", record_data.AS_RELEASE: ", which had nothing to change"}.get(
             origin.get("patch_did") or "", "")
-        return NOT_AFFECTED, f"{ran}{did}: as {releases.NEWEST_DEEPSPEED} runs it"
+        return NOT_AFFECTED, f"{ran}{did}: as {releases.BEHAVIOR_REFERENCE} runs it"
     warned = "warned, not fixed: " if origin.get("patch_did") == record_data.WARNED else ""
-    report.differences.append(f"{warned}{ran}, {releases.NEWEST_DEEPSPEED} runs it at {lrs_text(expected, None)}")
+    report.differences.append(f"{warned}{ran}, {releases.BEHAVIOR_REFERENCE} runs it at {lrs_text(expected, None)}")
     return AFFECTED, report.differences[-1]
 
 

@@ -92,13 +92,16 @@ def judge(report: Report, scheduler: str, params: dict[str, Any], version: str, 
     for index, (before, after) in enumerate(zip(ran, newest)):
         if before is None and start_missing:  # the group's own lr, which the file does not hold
             whose = "the optimizer's lr" if index == 0 else "its own lr"
-            hurt.append(f"group {index} ran step 0 at {whose} (not in the file), 0.19.8 runs it at {lr_text(after)}")
+            hurt.append(f"group {index} ran step 0 at {whose} (not in the file), {releases.BEHAVIOR_REFERENCE} "
+                        f"runs it at {lr_text(after)}")
         elif before is not None and after is not None and before != after:
-            hurt.append(f"group {index} ran step 0 at {lr_text(before)}, 0.19.8 runs it at {lr_text(after)}")
+            hurt.append(f"group {index} ran step 0 at {lr_text(before)}, {releases.BEHAVIOR_REFERENCE} runs it at "
+                        f"{lr_text(after)}")
         elif after is None or before is None:
             unsure.append(f"group {index}'s step-0 lr is not in the file")
     if groups is None and fact.value is releases.Start.SETS_GROUP_0_ONLY:
-        unsure.append(f"{scheduler} on {version} sets group 0 only: groups 1+ ran step 0 at their own lr, 0.19.8 at "
+        unsure.append(f"{scheduler} on {version} sets group 0 only: groups 1+ ran step 0 at their own lr, "
+                      f"{releases.BEHAVIOR_REFERENCE} at "
                       "0; the file does not say how many groups there were")
     newest_release = table_release(newest_version)
     last_steps = [] if newest_release is None else \
@@ -124,7 +127,7 @@ def judge(report: Report, scheduler: str, params: dict[str, Any], version: str, 
         found.why = "; ".join(unsure)
     else:
         found.verdict = NOT_AFFECTED
-        found.why = (f"step 0 ran at {lr_text(ran[0])}, as on {releases.NEWEST_DEEPSPEED}, and no other backported "
+        found.why = (f"step 0 ran at {lr_text(ran[0])}, as on {releases.BEHAVIOR_REFERENCE}, and no other backported "
                      "change applied")
     if unsure and found.verdict == AFFECTED:
         found.notes.extend(unsure)
@@ -187,7 +190,7 @@ def backported_changes(scheduler: str, version: str, params: dict[str, Any]) -> 
 
 def step0_lrs(how: releases.Start, scheduler: str, params: dict[str, Any], lr: Lr,
               groups: int) -> tuple[list[Lr], list[Lr]]:
-    """The lr each group ran optimizer step 0 at on a release that starts the class this way, and on 0.19.8
+    """The lr each group ran optimizer step 0 at on a release that starts the class this way, and on the reference
     (every group at its start: warmup_min_lr, 0.0 for WarmupCosineLR, cycle_min_lr for OneCycle). Group 0 runs
     at the optimizer's lr from the config; groups 1+ at their own lr, which no checkpoint holds (None)."""
     name, default = releases.REFERENCE_STARTS[scheduler]
@@ -210,20 +213,23 @@ def change_applied(change: releases.Change, report: Report, params: dict[str, An
         lr, groups = report.optimizer_lr, report.param_groups
         if peak is releases.MaxLrDefault.CONSTANT:
             if lr is not None and lr != releases.DEFAULT_PEAK:
-                return True, (f"no warmup_max_lr: the warmup peaked at {releases.DEFAULT_PEAK}, 0.19.8 at the "
+                return True, (f"no warmup_max_lr: the warmup peaked at {releases.DEFAULT_PEAK}, "
+                              f"{releases.BEHAVIOR_REFERENCE} at the "
                               f"optimizer's lr {lr_text(lr)}")
             if lr is None:
-                return None, (f"no warmup_max_lr: the peak was {releases.DEFAULT_PEAK}, 0.19.8's is the optimizer's "
+                return None, (f"no warmup_max_lr: the peak was {releases.DEFAULT_PEAK}, "
+                              f"{releases.BEHAVIOR_REFERENCE}'s is the optimizer's "
                               "lr (not in the file)")
         if groups is None or groups > 1:
-            return None, (f"no warmup_max_lr: the peak was {peak.value}, 0.19.8's is each group's own lr; groups 1+ "
+            return None, (f"no warmup_max_lr: the peak was {peak.value}, {releases.BEHAVIOR_REFERENCE}'s is each "
+                          "group's own lr; groups 1+ "
                           "differ unless their lr was that peak (the file does not hold the groups' lrs)")
         return False, ""
     if change.key == "ratio_past_warmup":
         return _past_the_cosine(params, report.last_batch_iteration)
     if change.key == "unknown_warmup_type":
-        return True, (f"warmup_type {params.get('warmup_type')!r}: this release fails at the first step, 0.19.8 "
-                      "warns and runs log")
+        return True, (f"warmup_type {params.get('warmup_type')!r}: this release fails at the first step, "
+                      f"{releases.BEHAVIOR_REFERENCE} warns and runs log")
     return True, change.what
 
 
@@ -239,5 +245,5 @@ def _past_the_cosine(params: dict[str, Any], iteration: int | None) -> tuple[boo
     last_used = iteration - 1
     if last_used >= warmup and (total <= warmup or last_used >= total):
         return True, (f"steps past total_num_steps={total} ran (to iteration {last_used}): their cosine swung back "
-                      "up, 0.19.8 holds cos_min_ratio")
+                      f"up, {releases.BEHAVIOR_REFERENCE} holds cos_min_ratio")
     return False, ""

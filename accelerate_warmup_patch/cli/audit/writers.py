@@ -63,7 +63,7 @@ def block(r: dict[str, Any]) -> list[str]:
         groups = "? groups" if r["param_groups"] is None else \
             f"{r['param_groups']} group{'s' if r['param_groups'] != 1 else ''}"
         lines.append(f"  DeepSpeed {_releases(r)}, {r['scheduler'] or 'no DeepSpeed scheduler'}, {groups}: step 0 "
-                     f"ran at {lrs_text(r['step0_lrs'], r['step0_lr'])}, on {releases.NEWEST_DEEPSPEED} at "
+                     f"ran at {lrs_text(r['step0_lrs'], r['step0_lr'])}, on {releases.BEHAVIOR_REFERENCE} at "
                      f"{lrs_text(r['newest_step0_lrs'], r['newest_step0_lr'])}")
     if r["checkpoint"]:
         lines.append(f"  read {r['checkpoint']}")
