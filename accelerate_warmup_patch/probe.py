@@ -24,7 +24,8 @@ from . import installed, log, reference, releases
 from .state import STATE
 
 GROUP_LRS = (0.01, 0.02)  # the scratch optimizer's groups: different lrs, so that "group 0's" shows
-WARMUP = 2  # warmup_num_steps: the smallest every release accepts as given (max(2, n))
+# warmup_num_steps: the smallest every release runs as given (it runs max(fewest, n) steps)
+WARMUP = releases.warmup_length(releases.DEEPSPEED_FLOOR).fewest
 TOTAL = 4  # WarmupCosineLR's total_num_steps: past it by PAST steps, where the old cosine swings back up
 PAST = 4
 MIN_LR = 0.0005  # WarmupLR's warmup_min_lr: no group's own lr, so that "left the optimizer's lr" shows
@@ -106,7 +107,7 @@ def _peak(cls: type, torch: Any, lacks: set[tuple[str, str]]) -> releases.MaxLrD
     peaks = [float(v) for v in _lrs(optimizer)]
     for default, expected in ((releases.MaxLrDefault.EACH_GROUP, list(GROUP_LRS)),
                               (releases.MaxLrDefault.GROUP_0, [GROUP_LRS[0]] * len(GROUP_LRS)),
-                              (releases.MaxLrDefault.CONSTANT, [0.001] * len(GROUP_LRS))):
+                              (releases.MaxLrDefault.CONSTANT, [releases.DEFAULT_PEAK] * len(GROUP_LRS))):
         if _same(peaks, expected):
             if default is not releases.MaxLrDefault.EACH_GROUP:
                 lacks.add(("WarmupLR", "default_peak"))

@@ -232,6 +232,29 @@ WARMUP_MAX_LR_DEFAULTS: tuple[Fact[MaxLrDefault], ...] = (
 # WarmupDecayLR's own default on every release (see _NOT_INHERITED below)
 DEFAULT_PEAK = 0.001
 
+
+@dataclass(frozen=True)
+class WarmupLength:
+    """How a warmup scheduler's constructor reads ``warmup_num_steps``."""
+
+    default: int  # the warmup's steps when the config gives none
+    fewest: int  # it keeps max(fewest, warmup_num_steps): no warmup runs fewer steps
+
+
+# WarmupLR, WarmupDecayLR and WarmupCosineLR read warmup_num_steps alike
+WARMUP_LENGTHS: tuple[Fact[WarmupLength], ...] = (
+    Fact("WarmupLR, WarmupDecayLR, WarmupCosineLR", Span("0.9.0", None), WarmupLength(default=1000, fewest=2),
+         f"{_LR_SCHEDULES} @ v0.9.0, v0.12.3, v0.15.2, v0.19.2, v0.19.3, v0.19.8: warmup_num_steps: int = 1000 and "
+         "self.warmup_num_steps = max(2, warmup_num_steps) in each constructor (WarmupCosineLR's from 0.12.3)"),
+)
+
+
+def warmup_length(deepspeed_version: str) -> WarmupLength:
+    """How this release reads ``warmup_num_steps`` (an untested or older one: the table's nearest row)."""
+    fact = row(WARMUP_LENGTHS, deepspeed_version)
+    return fact.value if fact is not None else WARMUP_LENGTHS[0].value
+
+
 # where the reference release starts every group of each class when it is built: the constructor's param, and
 # its default (None: required); WarmupCosineLR at 0.0 (lr_schedules.py @ v0.19.8: the constructors' defaults,
 # get_lr() at iteration -1)

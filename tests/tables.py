@@ -176,6 +176,10 @@ def matrix_page(results: dict[str, Row]) -> str:
     lines += ["", "WarmupLR's peak lr when no `warmup_max_lr` is given:", ""]
     lines += _table(["DeepSpeed releases", "default peak lr", "source"],
                     ([f.span, f.value.value, f.source] for f in releases.WARMUP_MAX_LR_DEFAULTS))
+    lines += ["", "How the warmup schedulers read `warmup_num_steps`:", ""]
+    lines += _table(["schedulers", "DeepSpeed releases", "when the config gives none", "fewest steps run", "source"],
+                    ([f.subject, f.span, f.value.default, f"max({f.value.fewest}, warmup_num_steps)", f.source]
+                     for f in releases.WARMUP_LENGTHS))
     lines += ["", f"Every change upstream made to the warmup schedulers' lrs since {releases.DEEPSPEED_FLOOR} "
               "(`releases.UPSTREAM_CHANGES`, read from `deepspeed/runtime/lr_schedules.py` at each tag and the PR):",
               ""]

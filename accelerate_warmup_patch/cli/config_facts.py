@@ -40,4 +40,5 @@ def refused_later(scheduler: str | None, params: dict[str, Any]) -> list[str]:
     kind = "" if isinstance(value, int) else " (an int)"
     return [f"warmup_num_steps={value}: DeepSpeed {change.release} and newer ({change.pr}) raise ValueError when "
             f"building {scheduler} (\"warmup_num_steps must be a positive integer\"): set it to 1 or more{kind}; "
-            f"older releases run it as max(2, warmup_num_steps) steps"]
+            f"older releases run it as max({releases.warmup_length(releases.DEEPSPEED_FLOOR).fewest}, "
+            "warmup_num_steps) steps"]

@@ -226,22 +226,23 @@ def change_applied(change: releases.Change, report: Report, params: dict[str, An
                           "differ unless their lr was that peak (the file does not hold the groups' lrs)")
         return False, ""
     if change.key == "ratio_past_warmup":
-        return _past_the_cosine(params, report.last_batch_iteration)
+        return _past_the_cosine(params, report.last_batch_iteration, releases.warmup_length(version))
     if change.key == "unknown_warmup_type":
         return True, (f"warmup_type {params.get('warmup_type')!r}: this release fails at the first step, "
                       f"{releases.BEHAVIOR_REFERENCE} warns and runs log")
     return True, change.what
 
 
-def _past_the_cosine(params: dict[str, Any], iteration: int | None) -> tuple[bool | None, str]:
+def _past_the_cosine(params: dict[str, Any], iteration: int | None,
+                     length: releases.WarmupLength) -> tuple[bool | None, str]:
     """0.19.3 (#8142) holds cos_min_ratio past total_num_steps; before, the cosine swung back up. Step k runs at
     the lr of iteration k-1, so the steps this run took used iterations up to the saved one minus 1."""
-    total, warmup = number(params.get("total_num_steps")), number(params.get("warmup_num_steps", 1000))
+    total, warmup = number(params.get("total_num_steps")), number(params.get("warmup_num_steps", length.default))
     if total is None or warmup is None:
         return None, "total_num_steps or warmup_num_steps is not a number in the ds_config"
     if iteration is None:
         return None, "the scheduler's saved iteration is not in the file"
-    warmup = max(2, warmup)
+    warmup = max(length.fewest, warmup)
     last_used = iteration - 1
     if last_used >= warmup and (total <= warmup or last_used >= total):
         return True, (f"steps past total_num_steps={total} ran (to iteration {last_used}): their cosine swung back "
