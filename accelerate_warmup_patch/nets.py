@@ -12,7 +12,7 @@
 - For the record (record_writer.py), where a net already sees an engine: a one-shot watch of its first optimizer
   step (step_watch.py), and after a load what the loaded save brings in (loaded_record.py).
 
-A net changes only a scheduler that this release builds otherwise than the newest (``backport.settle``
+A net changes only a scheduler that this release builds otherwise than the reference (``backport.settle``
 asks what the build does: installed.py), and only through ``schedules.change``.
 """
 
@@ -33,6 +33,7 @@ from . import (
     releases,
     schedules,
     step_watch,
+    upstream,
 )
 from .settings import ENV_MODE, Mode
 from .state import STATE
@@ -167,7 +168,7 @@ def _construction_from_config(engine: Any, scheduler: Any) -> backport.Construct
     if name is None or getattr(engine, "client_lr_scheduler", True) or not callable(getattr(engine, "scheduler_params",
                                                                                               None)):
         return None
-    untouched = installed.lacks("start", name)
+    untouched = installed.lacks(upstream.START, name)
     lrs = tuple(g["lr"] for g in scheduler.optimizer.param_groups) if untouched else None
     return backport.Construction(lrs, (engine.scheduler_params() or {}).get("warmup_max_lr") is not None)
 
@@ -216,15 +217,15 @@ def _mark_stepped(scheduler: Any, changes: list[schedules.Moved]) -> None:
 def align_after_load(engine: Any) -> None:
     """After a checkpoint load that did not restore the optimizer's lr, each group holds the lr its
     scheduler says, as in an uninterrupted run: on a release that builds the class wrong (the fresh
-    optimizer holds a wrong lr), and in step mode; the newest release itself does not align in reset mode.
+    optimizer holds a wrong lr), and in step mode; the reference itself does not align in reset mode.
 
     Where the load restored the optimizer's lr (it replaced the groups or changed their lrs), or did not restore
     the scheduler, the caller never gets here: the lr is the checkpoint's, or the one the run held, as on the
-    newest release.
+    reference.
     """
     scheduler: Any = getattr(engine, "lr_scheduler", None)
     name = schedules.class_name(scheduler) if scheduler is not None else None
-    if name is None or not (installed.lacks("start", name) or STATE.mode == Mode.STEP):
+    if name is None or not (installed.lacks(upstream.START, name) or STATE.mode == Mode.STEP):
         return
     groups = scheduler.optimizer.param_groups
 

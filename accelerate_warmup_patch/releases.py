@@ -1,10 +1,11 @@
 """The version guard table: what each DeepSpeed and accelerate release does, as data.
 
 Every row names where its fact came from: the release's source at its tag, or a real run on
-this project's CI machine (CPU, torch 2.13). This module is the single source for the patch's
-decisions, ``doctor`` and ``status()``, the generated tables of README.md, docs/how-it-works.md and
-docs/matrix.md (``tests/tables.py``) and the version matrix's checks (``tests/matrix.py``). The releases the
-matrix installs are test tooling (``tests/tiers.py``). Standard library only.
+this project's CI machine (CPU, torch 2.13). With the upstream changes (``upstream/``: each change DeepSpeed made to
+its schedulers, one unit per pull request), this module is the single source for the patch's decisions, ``doctor``
+and ``status()``, the generated tables of README.md, docs/how-it-works.md and docs/matrix.md (``tests/tables.py``)
+and the version matrix's checks (``tests/matrix.py``). The releases the matrix installs are test tooling
+(``tests/tiers.py``). Standard library only.
 """
 
 from __future__ import annotations
@@ -229,7 +230,7 @@ WARMUP_MAX_LR_DEFAULTS: tuple[Fact[MaxLrDefault], ...] = (
          f"{_LR_SCHEDULES} @ v0.19.4 (PR #8171): [group['lr'] for group in groups]"),
 )
 # the peak of MaxLrDefault.CONSTANT (lr_schedules.py @ v0.9.0..v0.17.1: warmup_max_lr: float = 0.001), and
-# WarmupDecayLR's own default on every release (see _NOT_INHERITED below)
+# WarmupDecayLR's own default on every release (upstream/pr7360.py: NOT_FOR)
 DEFAULT_PEAK = 0.001
 
 
@@ -263,109 +264,17 @@ REFERENCE_STARTS: MappingProxyType[str, tuple[str | None, float | None]] = Mappi
     "OneCycle": ("cycle_min_lr", None), "LRRangeTest": ("lr_range_test_min_lr", 1e-3)})
 
 
-@dataclass(frozen=True)
-class Change:
-    """One change upstream made to the warmup schedulers' lrs since DEEPSPEED_FLOOR.
-
-    ``key`` is what the patch asks about (``lacks``, which refuses a key no row has); ``method`` is where
-    the newest release carries it, and what the patch wraps (``backport.WRAPPERS``) on a release that
-    lacks a backported change."""
-
-    key: str
-    scheduler: str
-    method: str
-    release: str  # the first release with the change
-    pr: str
-    what: str
-    backported: bool
-    why: str  # how the patch reproduces it, or why it does not
-
-    @property
-    def target(self) -> str:
-        return f"{self.scheduler}.{self.method}"
-
-
-_NOT_RUN = "the release's own constructor raises first: the patch cannot run before it"
-UPSTREAM_CHANGES: tuple[Change, ...] = (
-    Change("log_of_warmup_steps", "WarmupCosineLR", "__init__", "0.12.4", "#4688",
-           "warmup_num_steps below 2 no longer raises (math.log of the raw argument)", False,
-           f"0.12.3 only; {_NOT_RUN}"),
-    Change("get_last_lr", "WarmupCosineLR", "get_last_lr", "0.12.4", "#4688",
-           "get_last_lr() exists", False, "0.12.3 only; an API, not an lr"),
-    Change("start", "WarmupLR", "__init__", "0.15.3", "#6597",
-           "the constructor writes get_lr() into every group at last_batch_iteration -1 and sets _last_lr", True,
-           "after the original __init__: the release's own write of the instance's get_lr()"),
-    Change("get_lr_before_start", "WarmupLR", "get_lr", "0.15.3", "#6597",
-           "get_lr() before the first step returns min_lrs (was [0.0])", True,
-           "get_lr() returns the instance's min_lrs while last_batch_iteration < 0"),
-    Change("default_peak", "WarmupLR", "__init__", "0.17.2", "#7360",
-           "no warmup_max_lr: the peak is group 0's lr (was 0.001)", True, "superseded by #8171 below"),
-    Change("tensor_type", "every class", "update_lr", "0.18.1", "#7633",
-           "a step keeps a tensor lr a tensor (a new one-element tensor; before: a float)", False,
-           "each step's value is the same up to the tensor's rounding (float32: ~1e-8 relative); only the "
-           "object the group holds differs"),
-    Change("start", "WarmupCosineLR", "__init__", "0.19.0", "#7969",
-           "the constructor starts every group at 0.0 (0.15.3-0.18.9: group 0 only)", True,
-           "after the original __init__: the release's own write of the instance's get_lr()"),
-    Change("get_lr_before_start", "WarmupCosineLR", "get_lr", "0.19.0", "#7969",
-           "get_lr() before the first step returns 0.0 per group (was [0.0])", True,
-           "get_lr() returns 0.0 per group while last_batch_iteration < 0"),
-    Change("ratio_before_start", "WarmupCosineLR", "get_lr_ratio", "0.19.0", "#7969",
-           "get_lr_ratio() before the first step returns 0.0 (was [0.0])", True,
-           "get_lr_ratio() returns 0.0 while last_batch_iteration < 0"),
-    Change("validation", "WarmupLR, WarmupCosineLR", "__init__", "0.19.3", "#8126",
-           "warmup_num_steps that is not a positive int raises ValueError", False,
-           "a new validation: it would stop jobs that run today"),
-    Change("ratio_past_warmup", "WarmupCosineLR", "get_lr_ratio", "0.19.3", "#8142",
-           "past total_num_steps the ratio holds cos_min_ratio (was: the cosine swings back up); "
-           "total_num_steps == warmup_num_steps no longer divides by zero", True,
-           "get_lr_ratio() past the warmup is 0.19.3's formula, on the instance's attributes"),
-    Change("unknown_warmup_type", "WarmupCosineLR", "__init__", "0.19.4", "#8151",
-           "an unknown warmup_type warns and uses log (was: UnboundLocalError at the first step)", True,
-           "after the original __init__: the same warning, and warmup_type 'log'"),
-    Change("default_peak", "WarmupLR", "__init__", "0.19.4", "#8171",
-           "no warmup_max_lr: the peak is each group's own lr", True,
-           "after the original __init__: max_lrs and delta_lrs from the groups' lrs the constructor saw"),
-    Change("tensor_in_place", "every class", "update_lr", "0.19.4", "#8202",
-           "a step fills a tensor lr in place; WarmupCosineLR's org_lrs are copies", False,
-           "every step's write would have to be replaced; each step's value is the same up to the tensor's "
-           "rounding, but an optimizer step that captured the tensor (torch.compile, CUDA graphs) keeps "
-           "reading the old one"),
-)
 # WarmupDecayLR runs WarmupLR.__init__ (super().__init__) and inherits get_lr (lr_schedules.py @ v0.9.0..v0.19.8)
 INHERITS = MappingProxyType({"WarmupDecayLR": "WarmupLR"})
-# What a subclass does not inherit. WarmupDecayLR passes its own warmup_max_lr, whose default is 0.001 on every
-# release (WarmupDecayLR.__init__'s signature @ v0.9.0, v0.15.2, v0.19.3, v0.19.8), so WarmupLR's default peak
-# (#7360, #8171) never reaches it: 0.19.8 too peaks at 0.001 when none is given.
-_NOT_INHERITED = MappingProxyType({"WarmupDecayLR": frozenset({"default_peak"})})
 
 
-# the change keys: ``lacks`` refuses any other, so a typo is an error, never a quiet False
-CHANGE_KEYS = frozenset(c.key for c in UPSTREAM_CHANGES)
+class StepLr:
+    """What a scheduler's step leaves in a group whose lr is a tensor (strings: the probe's answer is plain data).
+    Where each began is the change that brought it (``upstream/``: PR #7633, #8202)."""
 
-
-def lacks(key: str, scheduler: str, deepspeed_version: str) -> bool:
-    """True where this release lacks a change the patch backports (``key``) for this scheduler class.
-
-    Raises KeyError for a key that is not in ``CHANGE_KEYS``."""
-    if key not in CHANGE_KEYS:
-        raise KeyError(f"no change {key!r} in releases.UPSTREAM_CHANGES (one of {', '.join(sorted(CHANGE_KEYS))})")
-    return any(c.key == key for c in missing_backports(scheduler, deepspeed_version))
-
-
-def methods_to_fix(deepspeed_version: str) -> tuple[tuple[str, str], ...]:
-    """(class, method) the patch wraps on this release: where a backported change lives and is missing."""
-    parsed = parse(deepspeed_version)
-    wanted = [(c.scheduler, c.method) for c in UPSTREAM_CHANGES if c.backported and parsed < parse(c.release)
-              and start_fact(c.scheduler, deepspeed_version) is not None]  # the class exists on this release
-    return tuple(dict.fromkeys(wanted))
-
-
-def built_wrong(scheduler: str, deepspeed_version: str) -> bool:
-    """True where this release builds a scheduler of this class otherwise than the newest does (a backported
-    change of the constructor is missing: the start lr, the default peak, an unknown warmup_type): the only
-    schedulers the constructor's fix and the nets (initialize, load_checkpoint, step mode's) ever change."""
-    return any(c.method == "__init__" for c in missing_backports(scheduler, deepspeed_version))
+    FLOAT = "float"  # the tensor is replaced by a Python float (up to 0.18.0)
+    NEW_TENSOR = "new tensor"  # a new tensor (0.18.1-0.19.3, PR #7633; Intel Gaudi's 0.14.4)
+    IN_PLACE = "in place"  # the group's own tensor, filled (0.19.4+, PR #8202)
 
 
 # Where an engine takes its optimizer step: the last moment that decides the first step's lr, where step
@@ -457,7 +366,7 @@ ADD_EXPORT_QUOTING: tuple[Fact[str], ...] = (
 # deepspeed.initialize (accelerate's utils/deepspeed.py and Accelerator._prepare_deepspeed @ v0.29.3..v1.16.0).
 
 ARMED = ("reset", "step", "warn")  # settings.Mode's values while the patch is armed
-SCHEDULER_METHODS = "the scheduler methods of methods_to_fix"  # one row for what UPSTREAM_CHANGES decides
+SCHEDULER_METHODS = "the scheduler methods of methods_to_fix"  # one row for what the upstream changes decide
 _RUNNERS = "deepspeed.launcher.multinode_runner"  # launcher.MODULE
 
 
@@ -556,75 +465,3 @@ def warmup_max_lr_default(deepspeed_version: str) -> MaxLrDefault:
 
 def scheduler_classes() -> tuple[str, ...]:
     return tuple(dict.fromkeys(fact.subject for fact in SCHEDULER_STARTS))
-
-
-def missing_backports(scheduler: str, deepspeed_version: str) -> tuple[Change, ...]:
-    """The backported changes this release lacks for this class (WarmupDecayLR: WarmupLR's)."""
-    parsed = parse(deepspeed_version)
-    owner = INHERITS.get(scheduler, scheduler)
-    own = _NOT_INHERITED.get(scheduler, frozenset())
-    return tuple(c for c in UPSTREAM_CHANGES if c.backported and c.scheduler == owner and parsed < parse(c.release)
-                 and c.key not in own)
-
-
-def carrier(key: str, scheduler: str) -> str | None:
-    """The class whose code carries change ``key`` upstream for ``scheduler`` (WarmupDecayLR runs WarmupLR's, but
-    not its default peak); None where no change of that key is this class's."""
-    owner = INHERITS.get(scheduler, scheduler)
-    if key in _NOT_INHERITED.get(scheduler, frozenset()):
-        return None
-    return owner if any(c.key == key and c.scheduler == owner for c in UPSTREAM_CHANGES) else None
-
-
-def verdict(scheduler: str, deepspeed_version: str) -> str:
-    """A few words per scheduler class for ``status()`` and ``doctor``, from the table."""
-    fact = start_fact(scheduler, deepspeed_version)
-    return verdict_of(scheduler, deepspeed_version, fact.value if fact is not None else None,
-                      missing_backports(scheduler, deepspeed_version))
-
-
-def verdict_of(scheduler: str, deepspeed_version: str, start: Start | None, missing: tuple[Change, ...]) -> str:
-    """``verdict`` from what a class does when built (``start``; None: the build has no such class) and the
-    backported changes it lacks: the table's, or what the probe saw (installed.py)."""
-    level = deepspeed_support(deepspeed_version)
-    if level is Support.UNSUPPORTED:
-        return "unsupported"
-    if start is None:
-        return "absent"
-    if level is Support.UNTESTED and not missing:
-        return "untested"
-    if start is not Start.SETS_EVERY_GROUP:
-        return "affected (groups 1+)" if start is Start.SETS_GROUP_0_ONLY else "affected"
-    if never_affected(scheduler):
-        return "not affected"
-    if not missing:
-        return "fixed upstream"
-    newest_per_key = {c.key: c for c in missing}  # the table is in release order: the last row wins
-    return "fixed upstream; the patch backports " + ", ".join(
-        f"{c.key.replace('_', ' ')} ({c.pr})" for c in newest_per_key.values())
-
-
-def backports_for(scheduler: str, deepspeed_version: str, params: dict[str, object]) -> tuple[Change, ...]:
-    """The backported changes this release lacks that a scheduler built with ``params`` meets: the default
-    peak only without ``warmup_max_lr``, the unknown-``warmup_type`` fallback only with such a type."""
-
-    def meets(change: Change) -> bool:
-        if change.key == "default_peak":
-            return "warmup_max_lr" not in params
-        if change.key == "unknown_warmup_type":
-            return params.get("warmup_type", "log") not in ("log", "linear")
-        return True
-
-    return tuple(c for c in missing_backports(scheduler, deepspeed_version) if meets(c))
-
-
-def never_affected(scheduler: str) -> bool:
-    """True for a class that sets every group's lr when built on every release in the table (OneCycle)."""
-    facts = [f for f in SCHEDULER_STARTS if f.subject == scheduler]
-    return bool(facts) and all(f.value is Start.SETS_EVERY_GROUP for f in facts) and not any(
-        c.backported and c.scheduler == INHERITS.get(scheduler, scheduler) for c in UPSTREAM_CHANGES)
-
-
-def verdicts(deepspeed_version: str) -> dict[str, str]:
-    """``verdict`` of every scheduler class, in the table's order (``status()``, ``doctor``, ``status``)."""
-    return {name: verdict(name, deepspeed_version) for name in scheduler_classes()}

@@ -1,7 +1,7 @@
 """Reading and writing a DeepSpeed scheduler: its class, fresh or not, its lrs, and the one change routine.
 
-What the newest release's methods return where older ones differ is in backport.py; the reference is
-``releases.BEHAVIOR_REFERENCE``. Nothing here mutates a scheduler except ``write``, which writes the
+What the reference release's methods return where older ones differ is in each change's unit (``upstream/``),
+run by backport.py. Nothing here mutates a scheduler except ``write``, which writes the
 groups' lrs the way the running release itself writes them, and ``change``, which restores what an
 action changed when it fails.
 """
@@ -64,9 +64,9 @@ def write(groups: list[dict[str, Any]], lrs: list[Any]) -> list[Any]:
     step_lr = installed.step_lr()
     for group, lr in zip(groups, lrs):
         held = group["lr"]
-        if step_lr == installed.FLOAT or not hasattr(held, "fill_"):
+        if step_lr == releases.StepLr.FLOAT or not hasattr(held, "fill_"):
             group["lr"] = lr  # what step() does on these releases
-        elif step_lr == installed.IN_PLACE:
+        elif step_lr == releases.StepLr.IN_PLACE:
             held.fill_(lr_value(lr))
         else:
             group["lr"] = held.clone().fill_(lr_value(lr))

@@ -63,7 +63,7 @@ def _wrap_scheduler_methods(deepspeed: ModuleType, engine_class: type, version: 
     lr_schedules = sys.modules[schedules.SCHEDULES_MODULE]  # deepspeed/__init__.py imported it
     for class_name, method in installed.methods_to_fix(version):  # the fix: backport.py
         cls = getattr(lr_schedules, class_name)
-        wrapping.wrap(cls, method, backport.WRAPPERS[method](vars(cls)[method], version))
+        wrapping.wrap(cls, method, backport.wrapper(class_name, method, vars(cls)[method], version))
 
 
 def _wrap_initialize(deepspeed: ModuleType, engine_class: type, version: str) -> None:

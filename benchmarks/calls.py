@@ -23,7 +23,7 @@ before the end: the same branch of each formula every step.
 
 ``--check`` exits 1 unless every run repeats and, in ``reset`` mode (issue #32's target), every function of
 the package entered in a steady step is the wrapper of a per-step fix: a method the guard table says carries
-a fix on this release (``releases.methods_to_fix``) and the unpatched step calls (``get_lr``,
+a fix on this release (``upstream.methods_to_fix``) and the unpatched step calls (``get_lr``,
 ``get_lr_ratio``; a constructor's fix runs once, at the build). Where the table lists no such method for a
 scheduler class (0.19.4 and later: none for any), no extra call of either kind is allowed. ``step`` mode is
 counted and shown, not checked. Then the steps benchmark runs in the same process (``--rounds 0`` skips it)
@@ -53,7 +53,7 @@ import steps
 import torch
 
 import accelerate_warmup_patch
-from accelerate_warmup_patch import releases
+from accelerate_warmup_patch import upstream
 
 WARM_UP = 3  # steps before counting: the first step's one-time work (the patch's and torch's) is done
 COUNTED = 10  # steps 4-13
@@ -210,7 +210,7 @@ def per_step_fixes(scheduler: str, version: str, unpatched: Counted) -> set[str]
     on the scheduler's own class or the one it inherits from, as the step calls them."""
     prefix = "py deepspeed.runtime.lr_schedules."
     called = {key[len(prefix):] for key in unpatched.per_step() if key.startswith(prefix)}
-    return {f"{cls}.{method}" for cls, method in releases.methods_to_fix(version)} & called
+    return {f"{cls}.{method}" for cls, method in upstream.methods_to_fix(version)} & called
 
 
 def difference(patched: Counted, unpatched: Counted) -> list[tuple[str, int]]:
@@ -267,7 +267,7 @@ def report(results: Results, version: str) -> list[str]:
                 if mode == "reset":
                     missed.extend(_judge(scheduler, road, version, patched, fixes, py, c))
             print(f"{scheduler:16s}{road:12s}" + "".join(f"{cell:>12s}" for cell in cells) +
-                  f"   {'yes' if releases.built_wrong(scheduler, version) else 'no'}; "
+                  f"   {'yes' if upstream.built_wrong(scheduler, version) else 'no'}; "
                   f"{', '.join(sorted(fixes)) or 'none'}")
     print("\nWhat the extra calls are (Python calls by function; C calls by built-in, and the package function "
           "that made them):")

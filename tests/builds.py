@@ -10,7 +10,7 @@ JIT-compiles its CPU comm op from sources found beside its own files (``OpBuilde
 ``Path(__file__).parent.parent``, 0.15.2's op_builder/builder.py), and torch's extension loader keys a build on
 those paths, so every copy in a new folder would compile it again (1-2 min each).
 
-The edits are written from the upstream changes' descriptions (releases.UPSTREAM_CHANGES, issue #46): no
+The edits are written from the upstream changes' descriptions (upstream.CHANGES, issue #46): no
 upstream code is copied into the project; each edit asserts that it found what it changes.
 """
 
@@ -79,7 +79,7 @@ def _in_class(source: str, name: str, old: str, new: str) -> str:
 
 
 def warmup_start_fix(source: str) -> str:
-    """WarmupLR's part of 0.15.3's fix (PR #6597, as releases.UPSTREAM_CHANGES describes it), cherry-picked: the
+    """WarmupLR's part of 0.15.3's fix (PR #6597, as upstream.CHANGES describes it), cherry-picked: the
     constructor writes get_lr() into every group at last_batch_iteration -1, and get_lr() before the first step
     returns min_lrs."""
     anchor = "math.log(self.warmup_num_steps)\n        self.last_batch_iteration = last_batch_iteration\n"

@@ -3,7 +3,8 @@
     python tests/tables.py --check    exit 1 when any is stale (nox -s lint)
     python tests/tables.py --write    regenerate them
 
-Both come from the guard table (``accelerate_warmup_patch/releases.py``, with a source per row) and
+Both come from the guard table (``accelerate_warmup_patch/releases.py`` and the upstream changes of
+``accelerate_warmup_patch/upstream/``, with a source per row and per unit) and
 the version matrix's results (``matrix/results.json``, one row per real run). Test tooling: the
 package does not ship it.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import textwrap
 from collections.abc import Iterable
@@ -26,7 +28,7 @@ from tiers import (  # noqa: E402  (every release on the registry from the floor
     TEST_TRANSFORMERS_OLD_ACCELERATE,
 )
 
-from accelerate_warmup_patch import releases  # noqa: E402
+from accelerate_warmup_patch import releases, upstream  # noqa: E402
 from accelerate_warmup_patch.releases import parse  # noqa: E402
 
 README = ROOT / "README.md"
@@ -67,11 +69,29 @@ PULL = "https://github.com/deepspeedai/DeepSpeed/pull/"
 
 
 def _changes_table() -> list[str]:
-    """Every change upstream made to the warmup schedulers' lrs since the floor: backported or not, why."""
-    header = ["DeepSpeed", "PR", "where", "what changed", "the patch"]
-    rows = ([c.release, f"[{c.pr}]({PULL}{c.pr.lstrip('#')})", f"`{c.target}`", c.what,
-             f"{'backports it' if c.backported else 'leaves it out'}: {c.why}"] for c in releases.UPSTREAM_CHANGES)
+    """Every change upstream made to the warmup schedulers' lrs since the floor, one unit (a PR) after another:
+    backported or not, why, where it was read, and the vendor builds the table knows that lack it."""
+    header = ["DeepSpeed", "PR", "where", "what changed", "the patch", "read in", "vendor builds that lack it"]
+    rows = ([unit.release, f"[{unit.pr}]({PULL}{unit.pr.lstrip('#')})", f"`{c.target}`", c.what,
+             f"{'backports it' if c.backported else 'leaves it out'}: {c.why}", unit.source,
+             _vendor_builds(unit.lacking_builds())] for unit in upstream.UNITS for c in unit.changes)
     return _table(header, rows)
+
+
+def _vendor_builds(builds: Iterable[releases.VendorBuild]) -> str:
+    """Vendor builds, each maker's once and its releases as a range: "Intel Gaudi's DeepSpeed (software 1.11 to
+    1.19)", "EleutherAI's DeeperSpeed (v3.0)"."""
+    by_maker: dict[str, list[str]] = {}
+    for build in builds:
+        maker, _, inner = build.name.partition(" (")
+        by_maker.setdefault(maker, []).append(inner.rstrip(")"))
+    named = []
+    for maker, inners in by_maker.items():
+        numbers = re.findall(r"\d+(?:\.\d+)+", ", ".join(inners))
+        lead = re.sub(r"\d.*", "", inners[0])  # "software "
+        named.append(f"{maker} ({lead}{numbers[0]} to {numbers[-1]})" if len(numbers) > 1 else
+                     f"{maker} ({', '.join(inners)})")
+    return "; ".join(named) or "none"
 
 
 def supported(results: dict[str, Row]) -> str:
@@ -126,8 +146,8 @@ def wrapped_table() -> str:
 def _scheduler_methods() -> Iterable[tuple[str, str, str]]:
     """Each method that carries a backported change: from its class's first release to the last that lacks one."""
     registry = sorted({*ENGINE_TIER, *SCHEDULER_TIER}, key=parse)
-    changes: dict[str, list[releases.Change]] = {}
-    for change in releases.UPSTREAM_CHANGES:
+    changes: dict[str, list[upstream.Change]] = {}
+    for change in upstream.CHANGES:
         if change.backported:
             changes.setdefault(change.target, []).append(change)
     for target, carried in changes.items():
@@ -181,7 +201,8 @@ def matrix_page(results: dict[str, Row]) -> str:
                     ([f.subject, f.span, f.value.default, f"max({f.value.fewest}, warmup_num_steps)", f.source]
                      for f in releases.WARMUP_LENGTHS))
     lines += ["", f"Every change upstream made to the warmup schedulers' lrs since {releases.DEEPSPEED_FLOOR} "
-              "(`releases.UPSTREAM_CHANGES`, read from `deepspeed/runtime/lr_schedules.py` at each tag and the PR):",
+              "(`accelerate_warmup_patch/upstream/`, one unit per PR, read from `deepspeed/runtime/lr_schedules.py` "
+              "at the tags on either side of it):",
               ""]
     lines += _changes_table()
     lines += ["", "Where a DeepSpeed engine takes its optimizer step, and `step` mode looks at the scheduler just "

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import GOLDEN, Spec, bare_audit, installed, run_specs
 
-from accelerate_warmup_patch import releases
+from accelerate_warmup_patch import upstream
 
 installed("deepspeed")  # real engines: without DeepSpeed the module skips (tests/unit reads synthetic files)
 Audit = Callable[..., "subprocess.CompletedProcess[str]"]
@@ -91,7 +91,7 @@ def test_audit_of_a_folder_of_runs_gives_each_run_the_step0_lr_it_recorded(runs,
         # Without warmup_max_lr, a release that lacks 0.19.4's default peak peaked groups 1+ elsewhere than 0.19.8
         # unless their own lr happened to be that peak, and no checkpoint holds their own lr: the audit cannot say.
         peak_unknowable = spec.scheduler == "WarmupLR-default-max" and len(spec.groups) > 1 and \
-            releases.lacks("default_peak", "WarmupLR", version)
+            upstream.lacks("default_peak", "WarmupLR", version)
         expected = ("affected" if step0 != pytest.approx(newest) else "unknown" if peak_unknowable
                     else "not affected")
         assert report["verdict"] == expected, (name, step0, newest, report)

@@ -13,30 +13,17 @@ import fresh_process
 import pytest
 from conftest import HERE, installed, run_python
 
-from accelerate_warmup_patch import releases
+from accelerate_warmup_patch import releases, upstream
 
 DEEPSPEED = installed("deepspeed")
 GOLDEN_CASES = json.loads((HERE / "golden_cases.json").read_text())
 NEWEST = GOLDEN_CASES["cases"]
 LATE = "late_import_raw_engine"
-# the change of the guard table (releases.UPSTREAM_CHANGES) each case shows; None: nothing to backport
-SHOWS = {
-    "tensor_lr_cosine": ("start", "WarmupCosineLR"),
-    "tensor_lr_cosine_two_groups": ("start", "WarmupCosineLR"),
-    "tensor_lr_warmup": ("start", "WarmupLR"),
-    "restored_lr_warmup": None,
-    "restored_lr_one_cycle": None,
-    "subclass_overriding_get_lr": ("start", "WarmupLR"),
-    "subclass_with_a_floored_cosine": ("start", "WarmupCosineLR"),
-    "unhashable_subclass": ("start", "WarmupLR"),
-    "cosine_past_total": ("ratio_past_warmup", "WarmupCosineLR"),
-    "cosine_total_equals_warmup": ("ratio_past_warmup", "WarmupCosineLR"),
-    "cosine_unknown_warmup_type": ("unknown_warmup_type", "WarmupCosineLR"),
-    "get_last_lr_after_construction": ("start", "WarmupLR"),
-    "reported_before_the_first_step": ("start", "WarmupCosineLR"),
-    "engine_reports_its_start": ("start", "WarmupLR"),
-    LATE: ("start", "WarmupLR"),
-}
+# the backported changes each case shows, as their units name it (accelerate_warmup_patch/upstream/); none: the case
+# shows nothing to backport (NOTHING_TO_BACKPORT, tests/unit/test_upstream.py)
+SHOWS = {name: [c for c in upstream.CHANGES if c.backported and isinstance(c.cases, tuple) and name in c.cases]
+         for name in NEWEST}
+NOTHING_TO_BACKPORT = {"restored_lr_warmup", "restored_lr_one_cycle"}
 # a tensor lr is filled in place from 0.19.4 (PR #8202, not backported): earlier releases' steps write
 # Python floats, so these steps differ from the newest only by the tensor's float32 rounding
 ROUNDED = {"tensor_lr_warmup"}
@@ -65,22 +52,19 @@ def patched() -> dict:
 
 def differs_unpatched(name: str) -> bool:
     """Where this release, unpatched, gives something else than the newest release for this case."""
-    shown = SHOWS[name]
     if name in ONE_COSINE_GROUP:
         return releases.start_fact("WarmupCosineLR", DEEPSPEED).value is releases.Start.LEAVES_OPTIMIZER_LR
-    return shown is not None and releases.lacks(*shown, DEEPSPEED)
+    return any(upstream.lacks(change.key, change.scheduler, DEEPSPEED) for change in SHOWS[name])
 
 
 def test_an_unknown_change_key_is_an_error_not_false():
     with pytest.raises(KeyError, match="no change 'strat'"):
-        releases.lacks("strat", "WarmupLR", DEEPSPEED)
-    assert {"start", "default_peak", "get_lr_before_start", "ratio_past_warmup"} <= releases.CHANGE_KEYS
+        upstream.lacks("strat", "WarmupLR", DEEPSPEED)
+    assert {"start", "default_peak", "get_lr_before_start", "ratio_past_warmup"} <= upstream.CHANGE_KEYS
 
 
-def test_every_case_shows_a_change_of_the_guard_table():
-    assert set(SHOWS) == set(NEWEST)
-    for shown in filter(None, SHOWS.values()):
-        assert any(c.key == shown[0] and c.scheduler == shown[1] and c.backported for c in releases.UPSTREAM_CHANGES)
+def test_every_case_shows_a_backported_change_or_nothing_to_backport():
+    assert {name for name, shown in SHOWS.items() if not shown} == NOTHING_TO_BACKPORT
 
 
 @pytest.mark.skipif(GOLDEN_CASES["deepspeed"] != DEEPSPEED, reason=f"golden from {GOLDEN_CASES['deepspeed']}")

@@ -16,7 +16,7 @@ import pytest
 from conftest import GOLDEN, installed
 
 import accelerate_warmup_patch
-from accelerate_warmup_patch import releases, settings
+from accelerate_warmup_patch import releases, settings, upstream
 from accelerate_warmup_patch.cli import demo
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -265,7 +265,7 @@ def test_status_live_unarmed_still_prints_the_versions_line():
     proc = _cli("status", "--live")
     assert proc.returncode == 0, proc.stderr
     assert "  not armed: " in proc.stdout
-    verdicts = ", ".join(f"{k} {v}" for k, v in releases.verdicts(installed("deepspeed")).items())
+    verdicts = ", ".join(f"{k} {v}" for k, v in upstream.verdicts(installed("deepspeed")).items())
     assert f"  DeepSpeed {installed('deepspeed')}: {verdicts}" in proc.stdout.splitlines(), proc.stdout
     assert proc.stderr.startswith("importing deepspeed and accelerate in a new `python` process ..."), proc.stderr
 

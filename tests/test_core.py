@@ -14,7 +14,7 @@ import pytest
 from conftest import GOLDEN, Spec, installed, run_child, run_python, run_specs
 from scenarios import ACCELERATE, ALL, RAW, TRAINER
 
-from accelerate_warmup_patch import releases
+from accelerate_warmup_patch import releases, upstream
 
 DEEPSPEED = installed("deepspeed")
 ON_GOLDEN_RELEASE = GOLDEN["deepspeed"] == DEEPSPEED
@@ -213,5 +213,5 @@ def test_status_lists_only_what_a_caller_reaches_after_a_reload_and_apply_wraps_
     assert proc.returncode == 0, proc.stderr[-3000:]
     unfixed, fixed = proc.stdout.split("LRS ")[1].split()
     assert float(fixed) == 0.0
-    lacks = releases.lacks("start", "WarmupLR", DEEPSPEED)
+    lacks = upstream.lacks("start", "WarmupLR", DEEPSPEED)
     assert float(unfixed) == (1e-3 if lacks else 0.0)

@@ -33,7 +33,7 @@ from conftest import HERE, installed
 from ports import port
 
 import accelerate_warmup_patch
-from accelerate_warmup_patch import releases
+from accelerate_warmup_patch import upstream
 
 ROOT = HERE.parent
 DEPLOY = ROOT / "deploy"
@@ -212,7 +212,7 @@ USER_SITECUSTOMIZE = ("import os\nif 'AWP_LAUNCH_OUT' in os.environ:\n"
 def test_module_load_arms_a_real_deepspeed_job_and_unload_disarms_the_next(tmp_path: Path,
                                                                            prefix: tuple[Path, Path]) -> None:
     version = installed("deepspeed")
-    if not releases.lacks("start", "WarmupLR", version):
+    if not upstream.lacks("start", "WarmupLR", version):
         pytest.skip(f"DeepSpeed {version} starts WarmupLR at the warmup lr itself: the module's effect shows on an "
                     "affected release (the tests session of 0.15.2)")
     root, python = prefix

@@ -14,7 +14,7 @@ import pytest
 from conftest import GOLDEN, installed
 from harness import SCHEDULERS, Spec, expected_unpatched_first_step
 
-from accelerate_warmup_patch import releases, settings
+from accelerate_warmup_patch import releases, settings, upstream
 from accelerate_warmup_patch.cli import child, doctor
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,7 +156,7 @@ def test_config_lrs_of_steps_0_to_3_equal_the_engines(tmp_path, scheduler, group
 def test_config_on_the_demo_schedule_prints_the_demos_table(tmp_path):
     _config(tmp_path, "WarmupLR-linear")
     proc = _cli("doctor", "--config", "ds_config.json", cwd=tmp_path)
-    fixed = not releases.lacks("start", "WarmupLR", DEEPSPEED)
+    fixed = not upstream.lacks("start", "WarmupLR", DEEPSPEED)
     rows = [line.split() for line in proc.stdout.splitlines() if line.strip()[:1].isdigit()]
     # warmup_min_lr 0: step mode's column beside reset's (step k uses lr(k))
     assert rows == [["0", "0" if fixed else "0.001", "0", "0"], ["1", "0", "0", "0.0002"],

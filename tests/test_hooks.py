@@ -15,7 +15,7 @@ import subprocess
 import pytest
 from conftest import installed, run_child, run_python
 
-from accelerate_warmup_patch import releases
+from accelerate_warmup_patch import upstream
 
 ARMED = {"ACCELERATE_WARMUP_PATCH": "reset"}
 
@@ -147,7 +147,7 @@ def test_a_real_sitecustomize_arms_the_patch_and_off_wins(tmp_path, value, armed
 
 
 
-@pytest.mark.skipif(("WarmupLR", "__init__") not in releases.methods_to_fix(installed("deepspeed")),
+@pytest.mark.skipif(("WarmupLR", "__init__") not in upstream.methods_to_fix(installed("deepspeed")),
                     reason="this release's WarmupLR constructor needs no fix: nothing is captured")
 def test_a_failed_argument_capture_says_truthfully_that_the_first_step_fix_still_applies():
     proc = run_child("capture_fault.py")

@@ -14,10 +14,10 @@ import json
 import pytest
 from conftest import installed, run_child
 
-from accelerate_warmup_patch import releases
+from accelerate_warmup_patch import releases, upstream
 
 DEEPSPEED = installed("deepspeed")
-BUGGY = releases.lacks("start", "WarmupLR", DEEPSPEED)
+BUGGY = upstream.lacks("start", "WarmupLR", DEEPSPEED)
 
 
 

@@ -18,13 +18,13 @@ import pytest
 from conftest import Spec, bare_audit, installed, run_specs
 from harness import USER_CLIENT_STATE
 
-from accelerate_warmup_patch import releases
+from accelerate_warmup_patch import releases, upstream
 
 DEEPSPEED = installed("deepspeed")
 RECORD = "accelerate_warmup_patch.json"
 # what a training script saves with its checkpoint (plain data, as most do): Spec(client_state="user")
 USER_STATE = USER_CLIENT_STATE
-BUGGY = releases.lacks("start", "WarmupLR", DEEPSPEED)  # this release starts WarmupLR at the optimizer's lr
+BUGGY = upstream.lacks("start", "WarmupLR", DEEPSPEED)  # this release starts WarmupLR at the optimizer's lr
 
 SAVES: dict[str, Spec] = {  # trained and saved in one process, in this order: the unpatched run before any apply()
     "unpatched": Spec(steps=3, client_state="user"),

@@ -14,7 +14,7 @@ import quickstart
 from conftest import HERE, installed
 from ports import port
 
-from accelerate_warmup_patch import releases
+from accelerate_warmup_patch import upstream
 
 installed("deepspeed")  # the README's lines run real engines: without DeepSpeed the module skips
 
@@ -81,7 +81,7 @@ def test_the_trainer_line_starts_at_the_warmup_lr(job):
 
 def test_the_off_line_leaves_the_release_as_it_is(job):
     mode = quickstart.line("export ACCELERATE_WARMUP_PATCH=off").split("=")[1]
-    fixed = not releases.lacks("start", "WarmupLR", installed("deepspeed"))
+    fixed = not upstream.lacks("start", "WarmupLR", installed("deepspeed"))
     first = 0.0 if fixed else 1e-3  # the Trainer fills warmup_max_lr and the optimizer's lr with learning_rate
     assert _run(job, TRAINER, mode, port(ports.QUICKSTART_MODE)) == [[first], [0.0], [0.0002], [0.0004]]
 

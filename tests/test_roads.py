@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 from conftest import GOLDEN, Spec, installed, run_python, run_specs
 
-from accelerate_warmup_patch import releases
+from accelerate_warmup_patch import releases, upstream
 
 DEEPSPEED = installed("deepspeed")
 BUGGY = releases.start_fact("WarmupLR", DEEPSPEED).value is releases.Start.LEAVES_OPTIMIZER_LR
@@ -75,8 +75,8 @@ def test_the_default_peak_is_the_newest_whatever_the_import_order_where_it_can_b
     before = run_specs(replace(DEFAULT_PEAK, patch="before"))
     after = run_specs(replace(DEFAULT_PEAK, patch="after"))  # after accelerator.prepare built the scheduler
     newest = GOLDEN["runs"][replace(DEFAULT_PEAK, path="deepspeed").key]
-    changed = releases.lacks("default_peak", "WarmupLR", DEEPSPEED)
-    knowable = releases.lacks("start", "WarmupLR", DEEPSPEED) or not changed
+    changed = upstream.lacks("default_peak", "WarmupLR", DEEPSPEED)
+    knowable = upstream.lacks("start", "WarmupLR", DEEPSPEED) or not changed
     assert before.lrs[DEFAULT_PEAK.key] == newest
     assert (after.lrs[DEFAULT_PEAK.key] == newest) == knowable, after.lrs
     for ran, known in ((before, True), (after, knowable)):

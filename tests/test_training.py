@@ -7,10 +7,10 @@ from dataclasses import replace
 import pytest
 from conftest import GOLDEN, Spec, installed, run_specs
 
-from accelerate_warmup_patch import releases
+from accelerate_warmup_patch import upstream
 
 FULL = Spec(scheduler="WarmupLR-log")  # 6 steps, 1e-5 -> 1e-3
-BUGGY = releases.lacks("start", "WarmupLR", installed("deepspeed"))
+BUGGY = upstream.lacks("start", "WarmupLR", installed("deepspeed"))
 SPLIT = 3
 
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 from conftest import Ran, Spec, installed, run_specs
 
-from accelerate_warmup_patch import releases
+from accelerate_warmup_patch import releases, upstream
 
 DEEPSPEED = installed("deepspeed")
 WARNING = "ACCELERATE_WARMUP_PATCH=reset fixes it"
@@ -56,8 +56,8 @@ def test_warn_mode_runs_every_road_as_unpatched_and_names_each_affected_schedule
     # from its optimizer's lr), and at most the others it builds wrong (a default peak, where one applies):
     # exactly one line each on 0.15.2, none on 0.19.8.
     classes = [_CLASS.get(s.scheduler, s.scheduler) for s in specs]
-    always = sum(releases.lacks("start", c, DEEPSPEED) for c in classes)
-    assert always <= len(lines) <= sum(releases.built_wrong(c, DEEPSPEED) for c in classes), lines
+    always = sum(upstream.lacks("start", c, DEEPSPEED) for c in classes)
+    assert always <= len(lines) <= sum(upstream.built_wrong(c, DEEPSPEED) for c in classes), lines
     if lines:  # each line says what reset would change: both lrs of step 0, or the default peak
         assert all(WARNING in line and (("optimizer step 0 will run at lr" in line and f"DeepSpeed "
                    f"{releases.BEHAVIOR_REFERENCE} runs it at" in line) or "peak lr" in line) for line in lines), lines
@@ -101,7 +101,7 @@ def test_warn_mode_names_a_scheduler_built_before_the_import_in_one_warning(buil
     spec = BUILT_BEFORE[name]
     assert warned.lrs[spec.key] == unpatched.lrs[spec.key]
     lines = [line for line in warned.patch_lines() if "WARNING" in line]
-    affected = releases.lacks("start", _CLASS.get(spec.scheduler, spec.scheduler), DEEPSPEED)
+    affected = upstream.lacks("start", _CLASS.get(spec.scheduler, spec.scheduler), DEEPSPEED)
     # one line, which says what reset would change (and, without a peak, that the peak is left), or none at all
     assert len(lines) == (1 if affected else 0), lines
     assert all(WARNING in line and "optimizer step 0 will run at lr" in line for line in lines), lines

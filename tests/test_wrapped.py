@@ -9,7 +9,7 @@ from typing import Any
 
 from conftest import run_child
 
-from accelerate_warmup_patch import releases, targets
+from accelerate_warmup_patch import releases, targets, upstream
 
 # where each row's owner lives, as status()["patched"] names it
 MODULES = {"deepspeed": "", "DeepSpeedEngine": "deepspeed.runtime.engine.",
@@ -23,7 +23,7 @@ def labels(version: str, mode: str) -> list[str]:
     found = []
     for row in rows:
         if row.target == releases.SCHEDULER_METHODS:
-            found += [f"deepspeed.runtime.lr_schedules.{c}.{m}" for c, m in releases.methods_to_fix(version)]
+            found += [f"deepspeed.runtime.lr_schedules.{c}.{m}" for c, m in upstream.methods_to_fix(version)]
         else:
             found.append(MODULES[row.target.split(".")[0]] + row.target)
     return sorted(found)
@@ -61,5 +61,5 @@ def test_the_probe_finds_on_the_installed_release_what_the_table_says_it_lacks(d
     seen = _wrapped_child()["probe"]
     assert seen["probed"] == seen["table"]
     assert seen["table"] == sorted(map(list, {(c.scheduler, c.key) for name in ("WarmupLR", "WarmupCosineLR")
-                                              for c in releases.missing_backports(name, deepspeed)}))
+                                              for c in upstream.missing_backports(name, deepspeed)}))
     assert seen["differs"] == []

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import releases, settings
+from .. import releases, settings, upstream
 from . import child, config_facts, doctor_config, probe_build
 
 PTH = "accelerate_warmup_patch.pth"
@@ -253,24 +253,24 @@ def _scope(deepspeed: str, config: dict[str, Any] | None,
 
     def lacks(key: str, name: str) -> bool:
         if lacked is None:
-            return releases.lacks(key, name, deepspeed)
-        owner = releases.carrier(key, name)
+            return upstream.lacks(key, name, deepspeed)
+        owner = upstream.carrier(key, name)
         return owner is not None and f"{owner} {key}" in lacked
 
     if config is not None:
         name = config["scheduler"]
-        if name is None or releases.never_affected(name):
+        if name is None or upstream.never_affected(name):
             return "not-affected", [], {}
         classes = {name: config["params"]}
     else:
-        classes = {name: {} for name in releases.scheduler_classes() if not releases.never_affected(name)}
+        classes = {name: {} for name in releases.scheduler_classes() if not upstream.never_affected(name)}
     affected: list[str] = []
     backports: dict[str, list[str]] = {}
     for name, params in classes.items():
         fact = releases.start_fact(name, deepspeed)
         if fact is None:
             continue  # no such class on this release (WarmupCosineLR before 0.12.3)
-        if lacks("start", name):
+        if lacks(upstream.START, name):
             affected.append(f"{name}, groups 1+" if fact.value is releases.Start.SETS_GROUP_0_ONLY else name)
             continue
         for change in config_facts.differences(name, deepspeed, params if config else None):
@@ -295,8 +295,9 @@ def decide(versions: dict[str, str | None], active: dict[str, Any],
     level = releases.deepspeed_support(deepspeed)
     if level is releases.Support.UNSUPPORTED:
         return "unsupported", (f"DeepSpeed {deepspeed}: UNSUPPORTED (older than {releases.DEEPSPEED_FLOOR}) - "
-                               "affected, and the patch does nothing on it: upgrade DeepSpeed (0.15.3 fixes the "
-                               "first step, 0.19.4 every change the patch backports)")
+                               f"affected, and the patch does nothing on it: upgrade DeepSpeed "
+                               f"({upstream.first_release(upstream.START)} fixes the first step, "
+                               f"{upstream.fixed_release()} every change the patch backports)")
     if level is releases.Support.UNTESTED:
         return "untested", (f"DeepSpeed {deepspeed}: UNTESTED (newer than {releases.NEWEST_DEEPSPEED}) - assumed "
                             f"fixed upstream, the patch changes nothing{_STEP_NOTE}")
@@ -379,7 +380,7 @@ def report(config_args: dict[str, Any] | None = None, python_flags: list[str] | 
     if state == "untested":
         notes.append(f"DeepSpeed {deepspeed} is newer than the table: `nox -s new_release -- {deepspeed}` in a clone "
                      "checks it")
-    verdicts = releases.verdicts(deepspeed) if deepspeed else {}
+    verdicts = upstream.verdicts(deepspeed) if deepspeed else {}
     if probed is not None and "verdicts" in probed:
         verdicts = probed["verdicts"]
     data = {"schema": SCHEMA, "state": state, "verdict": line, "strict_fails": STATES[state] or bool(problems),

@@ -9,11 +9,12 @@ import shlex
 import sys
 from typing import Any
 
-from .. import releases
+from .. import releases, upstream
 
-FLOOR, REFERENCE = releases.DEEPSPEED_FLOOR, releases.BEHAVIOR_REFERENCE  # named in the help below
+# named in the help below
+FIXED, FLOOR, REFERENCE = upstream.first_release(upstream.START), releases.DEEPSPEED_FLOOR, releases.BEHAVIOR_REFERENCE
 DESCRIPTION = f"""\
-DeepSpeed releases before 0.15.3 run the first optimizer step of a WarmupLR, WarmupDecayLR or
+DeepSpeed releases before {FIXED} run the first optimizer step of a WarmupLR, WarmupDecayLR or
 WarmupCosineLR at the optimizer's lr instead of the warmup start. This package gives every
 release from {FLOOR} on the lrs of DeepSpeed {REFERENCE}. Turn it on with ACCELERATE_WARMUP_PATCH=reset
 in the job's environment, or `import accelerate_warmup_patch` first in the training script."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .. import releases, settings
+from .. import releases, settings, upstream
 from . import child, doctor
 
 # the child: the package is in it only if the .pth or sitecustomize imported it (never this code)
@@ -50,7 +50,7 @@ def would(flags: list[str] | None = None) -> dict[str, Any]:
         "probed_with": active["probed_with"],
         "reach": doctor.reach_line(active),
         "versions": {"deepspeed": deepspeed, "accelerate": releases.installed("accelerate")},
-        "verdicts": releases.verdicts(deepspeed) if deepspeed else {},
+        "verdicts": upstream.verdicts(deepspeed) if deepspeed else {},
     }
 
 
@@ -76,7 +76,7 @@ def _versions() -> dict[str, Any]:
     """The installed versions and the table's verdicts, as ``would()`` gives them: printed armed or not."""
     deepspeed = releases.installed("deepspeed")
     return {"versions": {"deepspeed": deepspeed, "accelerate": releases.installed("accelerate")},
-            "verdicts": releases.verdicts(deepspeed) if deepspeed else {}}
+            "verdicts": upstream.verdicts(deepspeed) if deepspeed else {}}
 
 
 def print_text(data: dict[str, Any]) -> None:

@@ -12,9 +12,9 @@ awp.apply()
 import deepspeed
 from deepspeed.runtime import lr_schedules
 
-from accelerate_warmup_patch import releases
+from accelerate_warmup_patch import upstream
 
-fixes = releases.methods_to_fix(deepspeed.__version__)
+fixes = upstream.methods_to_fix(deepspeed.__version__)
 label = "deepspeed.runtime.lr_schedules.WarmupLR.__init__"
 assert "deepspeed.initialize" in awp.status()["patched"]
 assert (label in awp.status()["patched"]) == (("WarmupLR", "__init__") in fixes)

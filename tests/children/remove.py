@@ -18,9 +18,9 @@ awp.apply(mode="step")
 awp.apply()
 wrapped = deepspeed.initialize
 assert wrapped is not originals[0] and wrapped.__wrapped__ is originals[0], "one wrap, exactly"
-from accelerate_warmup_patch import releases
+from accelerate_warmup_patch import upstream
 
-methods = [f"deepspeed.runtime.lr_schedules.{c}.{m}" for c, m in releases.methods_to_fix(deepspeed.__version__)]
+methods = [f"deepspeed.runtime.lr_schedules.{c}.{m}" for c, m in upstream.methods_to_fix(deepspeed.__version__)]
 # nothing per step in reset mode but the scheduler methods this release lacks a formula of; step mode adds its net
 assert reset_only == sorted([*methods, "deepspeed.initialize",
                              "deepspeed.runtime.engine.DeepSpeedEngine.load_checkpoint",

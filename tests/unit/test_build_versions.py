@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import audit_files as files
 import pytest
 
-from accelerate_warmup_patch import installed, loads, releases
-from accelerate_warmup_patch.releases import MaxLrDefault, Start
+from accelerate_warmup_patch import installed, loads, releases, upstream
+from accelerate_warmup_patch.releases import MaxLrDefault, Start, StepLr
 from accelerate_warmup_patch.state import STATE
 
 
@@ -42,7 +42,7 @@ def test_each_vendor_build_read_is_named_with_the_release_it_carries(version: st
     found = releases.vendor_build(version)
     assert found is not None and found.carries == carries, found
     assert (found.differences != "none in the schedulers") is differs
-    assert releases.verdicts(carries)  # a release of the table
+    assert upstream.verdicts(carries)  # a release of the table
 
 
 @pytest.mark.parametrize("version", ["0.14.4+hpu.synapse.v1.19.1", "0.16.1+hpu.synapse.v1.22.0",
@@ -57,20 +57,20 @@ def test_a_vendor_build_not_read_is_not_named(version: str) -> None:
 def probed(monkeypatch: pytest.MonkeyPatch) -> installed.Probed:
     """A probe's answer for 0.15.2's code labelled 0.15.3+g7f8e2a1: it lacks what 0.15.2 lacks."""
     lacks = frozenset((c.scheduler, c.key) for name in installed.PROBED
-                      for c in releases.missing_backports(name, "0.15.2"))
+                      for c in upstream.missing_backports(name, "0.15.2"))
     answer = installed.Probed("0.15.3+g7f8e2a1", frozenset(installed.PROBED), lacks,
                               {"WarmupLR": Start.LEAVES_OPTIMIZER_LR, "WarmupCosineLR": Start.LEAVES_OPTIMIZER_LR},
-                              MaxLrDefault.CONSTANT, installed.FLOAT)
+                              MaxLrDefault.CONSTANT, StepLr.FLOAT)
     monkeypatch.setattr(STATE, "probed", answer)
     monkeypatch.setattr(STATE, "deepspeed_version", answer.version)
     return answer
 
 
 def test_the_probes_answer_decides_where_the_number_would_not(probed: installed.Probed) -> None:
-    assert installed.lacks("start", "WarmupDecayLR") and not releases.lacks("start", "WarmupDecayLR", "0.15.3")
+    assert installed.lacks("start", "WarmupDecayLR") and not upstream.lacks("start", "WarmupDecayLR", "0.15.3")
     assert not installed.lacks("default_peak", "WarmupDecayLR")  # its own warmup_max_lr: never WarmupLR's default
     assert installed.built_wrong("WarmupCosineLR")
-    assert installed.methods_to_fix("0.15.3+g7f8e2a1") == releases.methods_to_fix("0.15.2")
+    assert installed.methods_to_fix("0.15.3+g7f8e2a1") == upstream.methods_to_fix("0.15.2")
     assert installed.start("OneCycle") is Start.SETS_EVERY_GROUP  # not probed: the table's
     assert installed.verdicts("0.15.3+g7f8e2a1")["WarmupLR"] == "affected"
     assert "WarmupLR start (#6597): the build lacks it" in installed.disagreements(probed)
@@ -78,8 +78,8 @@ def test_the_probes_answer_decides_where_the_number_would_not(probed: installed.
         installed.lacks("strat", "WarmupLR")
 
 
-@pytest.mark.parametrize(("version", "step_lr"), [("0.18.0", installed.FLOAT), ("0.18.1", installed.NEW_TENSOR),
-                                                  ("0.19.3", installed.NEW_TENSOR), ("0.19.4", installed.IN_PLACE)])
+@pytest.mark.parametrize(("version", "step_lr"), [("0.18.0", StepLr.FLOAT), ("0.18.1", StepLr.NEW_TENSOR),
+                                                  ("0.19.3", StepLr.NEW_TENSOR), ("0.19.4", StepLr.IN_PLACE)])
 def test_without_a_probe_a_tensor_lrs_step_is_the_tables(monkeypatch: pytest.MonkeyPatch, version: str,
                                                          step_lr: str) -> None:
     monkeypatch.setattr(STATE, "deepspeed_version", version)
@@ -91,7 +91,7 @@ def test_without_a_probe_the_table_answers(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(STATE, "deepspeed_version", "0.15.3")
     monkeypatch.setattr(STATE, "probed", None)
     assert not installed.lacks("start", "WarmupLR") and installed.lacks("start", "WarmupCosineLR")
-    assert installed.step_lr() == installed.FLOAT
+    assert installed.step_lr() == StepLr.FLOAT
     assert installed.max_lr_default() is MaxLrDefault.CONSTANT
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from ... import record_data, releases
 from .. import config_facts
-from .judge import STEP0_ONLY, backported_changes, change_applied, judge, table_release, unknown_later
+from .judge import backported_changes, change_applied, judge, step0_only, table_release, unknown_later
 from .read import Save
 from .report import Lr, Report, lrs_text
 from .verdicts import AFFECTED, NOT_AFFECTED, UNKNOWN
@@ -170,7 +170,7 @@ def _later_changes(report: Report, scheduler: str, params: dict[str, Any],
                                                   "ran unpatched)")
     found: list[tuple[str, str]] = []
     for change in backported_changes(scheduler, release, params):
-        if change.key in STEP0_ONLY:
+        if step0_only(change):
             continue  # the chain's step 0 above
         applied, how = change_applied(change, report, params, release)
         if applied:

@@ -1,21 +1,20 @@
 """The guard table's verdict on one save: step 0 and the backported changes that apply from the start, on the
-release that ran them and the scheduler config it ran with (``releases``, through ``config_facts``), as a typed
-``Verdict`` the caller puts into its report. ``chain`` and ``saves`` ask it; ``run_report`` puts one run's verdict
-together."""
+release that ran them and the scheduler config it ran with (``releases``, and each change's judgement in its unit of
+``upstream/``, through ``config_facts``), as a typed ``Verdict`` the caller puts into its report. ``chain`` and
+``saves`` ask it; ``run_report`` puts one run's verdict together."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ... import releases
+from ... import releases, upstream
+from ...upstream.unit import Applied, AtStep0
 from .. import config_facts
 from .read import number
 from .report import Lr, Report, lr_text
 from .verdicts import AFFECTED, NOT_AFFECTED, UNKNOWN, UNREADABLE
-
-# the guard table's changes that decide only the lr step 0 runs at (a bound record's chain tells that step)
-STEP0_ONLY = ("start", "get_lr_before_start", "ratio_before_start")
 
 
 @dataclass(frozen=True)
@@ -23,7 +22,7 @@ class Step0Lrs:
     """The lr each group ran step 0 at and the reference release's, as the table reads them."""
 
     ran: list[Lr]
-    newest: list[Lr]
+    reference: list[Lr]
     per_group: bool  # the file holds the groups' count: the per-group lists are reported too
 
 
@@ -43,9 +42,9 @@ class Verdict:
         after the report's own."""
         report.verdict, report.why = self.verdict, self.why
         if self.lrs is not None:
-            report.step0_lr, report.newest_step0_lr = self.lrs.ran[0], self.lrs.newest[0]
+            report.step0_lr, report.newest_step0_lr = self.lrs.ran[0], self.lrs.reference[0]
             if self.lrs.per_group:
-                report.step0_lrs, report.newest_step0_lrs = self.lrs.ran, self.lrs.newest
+                report.step0_lrs, report.newest_step0_lrs = self.lrs.ran, self.lrs.reference
         report.differences.extend(self.differences)
         report.notes.extend(self.notes)
         return report
@@ -72,10 +71,10 @@ def judge(report: Report, scheduler: str, params: dict[str, Any], version: str, 
         return found
     fact = releases.start_fact(scheduler, version)
     groups = report.param_groups
-    if releases.never_affected(scheduler):
+    if upstream.never_affected(scheduler):
         if fact is not None:
-            ran, newest = step0_lrs(fact.value, scheduler, params, report.optimizer_lr, groups or 1)
-            found.lrs = Step0Lrs(ran, newest, per_group=bool(groups))
+            ran, reference = step0_lrs(fact.value, scheduler, params, report.optimizer_lr, groups or 1)
+            found.lrs = Step0Lrs(ran, reference, per_group=bool(groups))
         found.verdict, found.why = NOT_AFFECTED, f"{scheduler} sets the lr when built, on every release"
         return found
     if level is releases.Support.UNSUPPORTED or fact is None:
@@ -85,11 +84,11 @@ def judge(report: Report, scheduler: str, params: dict[str, Any], version: str, 
     if level is releases.Support.UNTESTED:
         found.notes.append(f"DeepSpeed {version} is newer than the table: assumed to run as "
                            f"{releases.NEWEST_DEEPSPEED}")
-    ran, newest = step0_lrs(fact.value, scheduler, params, report.optimizer_lr, groups or 1)
-    found.lrs = Step0Lrs(ran, newest, per_group=bool(groups))
+    ran, reference = step0_lrs(fact.value, scheduler, params, report.optimizer_lr, groups or 1)
+    found.lrs = Step0Lrs(ran, reference, per_group=bool(groups))
     hurt, unsure = [], []
-    start_missing = releases.lacks("start", scheduler, version)
-    for index, (before, after) in enumerate(zip(ran, newest)):
+    start_missing = upstream.lacks(upstream.START, scheduler, version)
+    for index, (before, after) in enumerate(zip(ran, reference)):
         if before is None and start_missing:  # the group's own lr, which the file does not hold
             whose = "the optimizer's lr" if index == 0 else "its own lr"
             hurt.append(f"group {index} ran step 0 at {whose} (not in the file), {releases.BEHAVIOR_REFERENCE} "
@@ -101,18 +100,17 @@ def judge(report: Report, scheduler: str, params: dict[str, Any], version: str, 
             unsure.append(f"group {index}'s step-0 lr is not in the file")
     if groups is None and fact.value is releases.Start.SETS_GROUP_0_ONLY:
         unsure.append(f"{scheduler} on {version} sets group 0 only: groups 1+ ran step 0 at their own lr, "
-                      f"{releases.BEHAVIOR_REFERENCE} at "
-                      "0; the file does not say how many groups there were")
+                      f"{releases.BEHAVIOR_REFERENCE} at 0; the file does not say how many groups there were")
     newest_release = table_release(newest_version)
     last_steps = [] if newest_release is None else \
-        [c for c in backported_changes(scheduler, newest_release, params) if c.key == "ratio_past_warmup"]
-    unknown = unknown_later(report, scheduler, params, newest_version, ("ratio_past_warmup",)) \
+        [c for c in backported_changes(scheduler, newest_release, params) if by_last_steps(c)]
+    unknown = unknown_later(report, scheduler, params, newest_version, last_steps_only=True) \
         if later and newest_release is None else None
     if unknown is not None:
         unsure.append(f"{unknown} (the newest save's process)")
-    for change in [c for c in backported_changes(scheduler, version, params) if c.key != "ratio_past_warmup"] + \
+    for change in [c for c in backported_changes(scheduler, version, params) if not by_last_steps(c)] + \
             (last_steps if later else []):
-        if change.key in STEP0_ONLY:
+        if step0_only(change):
             continue  # the step-0 lrs above
         applied, how = change_applied(change, report, params, version)
         if applied is None:
@@ -162,14 +160,15 @@ def table_release(version: str) -> str | None:
     return vendor.carries if vendor is not None else None
 
 
-def unknown_later(report: Report, scheduler: str, params: dict[str, Any], version: str,
-                  keys: tuple[str, ...] | None = None) -> str | None:
+def unknown_later(report: Report, scheduler: str, params: dict[str, Any], version: str, *,
+                  last_steps_only: bool = False) -> str | None:
     """On ``version``, a build whose code the table does not know (``table_release`` None): the backported changes
-    after step 0 (of ``keys``, or all) that this save and its params could meet on some release of the table, named,
-    with why nothing sure is said of them; None where none could (the params or the saved iteration rule each out)."""
+    after step 0 (those a run's last steps meet, or all) that this save and its params could meet on some release of
+    the table, named, with why nothing sure is said of them; None where none could (the params or the saved
+    iteration rule each out)."""
     floor = releases.DEEPSPEED_FLOOR  # the oldest release read lacks every change: what any code might lack
     could = [config_facts.label(c) for c in backported_changes(scheduler, floor, params)
-             if c.key not in STEP0_ONLY and (keys is None or c.key in keys)
+             if not step0_only(c) and (by_last_steps(c) or not last_steps_only)
              and change_applied(c, report, params, floor)[0] is not False]
     if not could:
         return None
@@ -181,7 +180,7 @@ def unknown_later(report: Report, scheduler: str, params: dict[str, Any], versio
             f"{'it' if len(could) == 1 else 'them'}")
 
 
-def backported_changes(scheduler: str, version: str, params: dict[str, Any]) -> tuple[releases.Change, ...]:
+def backported_changes(scheduler: str, version: str, params: dict[str, Any]) -> tuple[upstream.Change, ...]:
     try:
         return config_facts.differences(scheduler, version, params)
     except ValueError:  # a ds_version that is not a release number: the step-0 release was already checked
@@ -195,56 +194,50 @@ def step0_lrs(how: releases.Start, scheduler: str, params: dict[str, Any], lr: L
     at the optimizer's lr from the config; groups 1+ at their own lr, which no checkpoint holds (None)."""
     name, default = releases.REFERENCE_STARTS[scheduler]
     start = params.get(name, default) if name else default
-    newest = [number(m) for m in start] if isinstance(start, (list, tuple)) else [number(start)] * groups
-    newest = (newest + [None] * groups)[:groups]
+    reference = [number(m) for m in start] if isinstance(start, (list, tuple)) else [number(start)] * groups
+    reference = (reference + [None] * groups)[:groups]
     own: list[Lr] = [lr] + [None] * (groups - 1)
     if how is releases.Start.SETS_EVERY_GROUP:
-        return list(newest), newest
+        return list(reference), reference
     if how is releases.Start.SETS_GROUP_0_ONLY:
-        return [newest[0], *own[1:]], newest
-    return own, newest
+        return [reference[0], *own[1:]], reference
+    return own, reference
 
 
-def change_applied(change: releases.Change, report: Report, params: dict[str, Any],
+def step0_only(change: upstream.Change) -> bool:
+    """A change that decides only the lr step 0 runs at: the step-0 lrs judge it (a bound record's chain tells that
+    step)."""
+    return isinstance(change.judgement, AtStep0)
+
+
+def by_last_steps(change: upstream.Change) -> bool:
+    """A change a run's last steps meet: judged on the release of the newest save's process."""
+    return isinstance(change.judgement, Applied) and change.judgement.last_steps
+
+
+@dataclass(frozen=True)
+class _Read:
+    """One save as a change's judgement reads it (``upstream.unit.Saved``)."""
+
+    params: Mapping[str, Any]
+    optimizer_lr: Lr
+    param_groups: int | None
+    iteration: int | None
+    version: str
+
+    def number(self, value: Any) -> Any:
+        return number(value)
+
+    def lr_text(self, value: Any) -> str:
+        return lr_text(value)
+
+
+def change_applied(change: upstream.Change, report: Report, params: dict[str, Any],
                    version: str) -> tuple[bool | None, str]:
-    """Whether a backported change the release lacks changed an lr this run used (None: the file cannot say)."""
-    if change.key == "default_peak":
-        peak = releases.warmup_max_lr_default(version)
-        lr, groups = report.optimizer_lr, report.param_groups
-        if peak is releases.MaxLrDefault.CONSTANT:
-            if lr is not None and lr != releases.DEFAULT_PEAK:
-                return True, (f"no warmup_max_lr: the warmup peaked at {releases.DEFAULT_PEAK}, "
-                              f"{releases.BEHAVIOR_REFERENCE} at the "
-                              f"optimizer's lr {lr_text(lr)}")
-            if lr is None:
-                return None, (f"no warmup_max_lr: the peak was {releases.DEFAULT_PEAK}, "
-                              f"{releases.BEHAVIOR_REFERENCE}'s is the optimizer's "
-                              "lr (not in the file)")
-        if groups is None or groups > 1:
-            return None, (f"no warmup_max_lr: the peak was {peak.value}, {releases.BEHAVIOR_REFERENCE}'s is each "
-                          "group's own lr; groups 1+ "
-                          "differ unless their lr was that peak (the file does not hold the groups' lrs)")
-        return False, ""
-    if change.key == "ratio_past_warmup":
-        return _past_the_cosine(params, report.last_batch_iteration, releases.warmup_length(version))
-    if change.key == "unknown_warmup_type":
-        return True, (f"warmup_type {params.get('warmup_type')!r}: this release fails at the first step, "
-                      f"{releases.BEHAVIOR_REFERENCE} warns and runs log")
-    return True, change.what
-
-
-def _past_the_cosine(params: dict[str, Any], iteration: int | None,
-                     length: releases.WarmupLength) -> tuple[bool | None, str]:
-    """0.19.3 (#8142) holds cos_min_ratio past total_num_steps; before, the cosine swung back up. Step k runs at
-    the lr of iteration k-1, so the steps this run took used iterations up to the saved one minus 1."""
-    total, warmup = number(params.get("total_num_steps")), number(params.get("warmup_num_steps", length.default))
-    if total is None or warmup is None:
-        return None, "total_num_steps or warmup_num_steps is not a number in the ds_config"
-    if iteration is None:
-        return None, "the scheduler's saved iteration is not in the file"
-    warmup = max(length.fewest, warmup)
-    last_used = iteration - 1
-    if last_used >= warmup and (total <= warmup or last_used >= total):
-        return True, (f"steps past total_num_steps={total} ran (to iteration {last_used}): their cosine swung back "
-                      f"up, {releases.BEHAVIOR_REFERENCE} holds cos_min_ratio")
-    return False, ""
+    """Whether a backported change the release lacks changed an lr this run used (None: the file cannot say), as
+    the change's unit judges it."""
+    judgement = change.judgement
+    if not isinstance(judgement, Applied):  # tests/unit/test_upstream.py: never for a change the audit meets
+        return None, f"the audit has no judgement of a run that lacked it ({type(judgement).__name__})"
+    return judgement.applied(_Read(params, report.optimizer_lr, report.param_groups, report.last_batch_iteration,
+                                   version))
