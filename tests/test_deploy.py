@@ -290,7 +290,8 @@ unset ACCELERATE_WARMUP_PATCH
 {probe}
 {probe.replace(' -c ', ' -S -c ', 1)}
 {bare_probe}
-(. {shlex.quote(str(job_venv / 'bin' / 'activate'))} && accelerate-warmup-patch doctor --strict > {shlex.quote(str(doctor))})
+(. {shlex.quote(str(job_venv / 'bin' / 'activate'))} && accelerate-warmup-patch doctor --strict \
+  > {shlex.quote(str(doctor))})
 {quickstart.line("module unload")}
 {_state("unloaded")}
 {probe}
@@ -307,7 +308,8 @@ export ACCELERATE_WARMUP_PATCH=off
         "unloaded: [unset]", "armed: None", "off exported after the load, unloaded: [off]"], proc.stdout
     # the check, run by the prefix's command (an admin's Python without DeepSpeed), answered for the job's venv
     lines = doctor.read_text().splitlines()
-    assert lines[0].startswith(f"DeepSpeed {installed('deepspeed')}: ") and lines[-1].startswith("--strict: passes"), lines
+    assert lines[0].startswith(f"DeepSpeed {installed('deepspeed')}: "), lines
+    assert lines[-1].startswith("--strict: passes"), lines
     assert lines[2].startswith(f"Python: {job_venv / 'bin' / 'python3'} (Python ") and \
         lines[2].endswith("the python3 on PATH, which jobs start"), lines
     assert "armed at start-up in reset mode, through sitecustomize" in doctor.read_text(), lines

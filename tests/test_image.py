@@ -77,7 +77,8 @@ def _base(work: Path) -> None:
         return
     mirror, suite = _apt_mirror_and_suite()
     root = work / "rootfs"
-    admin_steps.run(["debootstrap", "--variant=minbase", "--include=python3-venv,python3-pip", suite, str(root), mirror])
+    admin_steps.run(["debootstrap", "--variant=minbase", "--include=python3-venv,python3-pip", suite, str(root),
+                     mirror])
     container = _buildah("from", "scratch").stdout.strip()
     try:
         mounted = Path(_buildah("mount", container).stdout.strip())
