@@ -466,7 +466,8 @@ def admin(session: nox.Session) -> None:
     _own_ports(session, "admin")
     session.install("pytest", "-e", ".")
     session.run("pytest", "-q", "-p", "no:cacheprovider", "--durations=5", "tests/test_image.py",
-                "tests/test_audit_array.py", *session.posargs, env={"PYTHONUNBUFFERED": "1"})
+                "tests/test_audit_array.py", *session.posargs,
+                env={"PYTHONUNBUFFERED": "1", "AWP_ADMIN_RECIPES": "1"})  # the tests session skips them
 
 
 @nox.session(python="3.11")

@@ -38,6 +38,10 @@ LIMIT_S = 300  # a hang, not a timing
 MOMENTS = ("running", "opened", "100 reports", "1000 reports")
 
 
+pytestmark = pytest.mark.skipif(not os.environ.get("AWP_ADMIN_RECIPES"),
+                                reason="the admin's recipes, run for real, are `nox -s admin`'s")
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     try:
