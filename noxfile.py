@@ -114,7 +114,7 @@ def _own_ports(session: nox.Session, kind: str, index: int = 0) -> None:
     kinds = {"tests": len(tiers.TEST_DEEPSPEED), "quick": len(tiers.TEST_DEEPSPEED),
              "launchers": len(tiers.TEST_DEEPSPEED), "matrix_engine": len(tiers.ENGINE_TIER),
              "accelerate": len(tiers.ACCELERATE_TIER_DEEPSPEED) + 1,  # + ci_accelerate
-             "era": len(eras.ERAS), "upstream_suite": 1, "newest": 1, "package": 1}
+             "era": len(eras.ERAS), "upstream_suite": 1, "newest": 1, "package": 1, "admin": 1}
     names = list(kinds)
     first = sum(kinds[name] for name in names[:names.index(kind)])
     assert 0 <= index < kinds[kind], (kind, index)
@@ -304,8 +304,8 @@ CI_MATRIX = ([f"matrix_engine(deepspeed='{v}')" for v in tiers.CI_ENGINE[0::2] +
 # (each session's time on a new machine: CONTRIBUTING.md). The demo is the README's own command: it runs
 # here so that a fresh machine proves it (it compiles no DeepSpeed op: docs/doctor.md, "demo").
 CI_SESSIONS = [*(f"tests(deepspeed='{v}')" for v in tiers.TEST_DEEPSPEED),
-               *(f"launchers(deepspeed='{v}')" for v in tiers.CI_LAUNCHERS), *CI_MATRIX, "package", "demo", "lint",
-               "unit"]
+               *(f"launchers(deepspeed='{v}')" for v in tiers.CI_LAUNCHERS), *CI_MATRIX, "package", "admin", "demo",
+               "lint", "unit"]
 
 
 @nox.session(python=False, requires=CI_MATRIX)
@@ -455,6 +455,19 @@ def demo(session: nox.Session) -> None:
     deepspeed = session.posargs[0] if session.posargs else tiers.DEMO_DEEPSPEED
     _install_stack(session, deepspeed)
     session.run("python", "-m", "accelerate_warmup_patch", "demo")
+
+
+@nox.session(python="3.11")
+def admin(session: nox.Session) -> None:
+    """An admin's recipes built and run for real, as root (neither torch nor DeepSpeed; Debian's buildah, debootstrap,
+    slurmctld, slurmd, slurm-client and munge: .ci/run installs them, and each test skips and says why without them):
+    deploy/Dockerfile built by buildah on a Debian base debootstrap makes once per machine (tests/test_image.py), and
+    deploy/audit-array.sbatch cancelled by scancel under a Slurm of the tests' own (tests/test_audit_array.py)."""
+    _own_ports(session, "admin")
+    session.install("pytest", "-e", ".")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "--durations=5", "tests/test_image.py",
+                "tests/test_audit_array.py", *session.posargs,
+                env={"PYTHONUNBUFFERED": "1", "AWP_ADMIN_RECIPES": "1"})  # the tests session skips them
 
 
 @nox.session(python="3.11")

@@ -9,8 +9,9 @@
 #                               so a job's own wrapt, where it has one, is the one it imports
 #   PREFIX/site                 sitecustomize.py, which arms a job where the module sets ACCELERATE_WARMUP_PATCH
 #                               (Python reads a .pth file only in a site folder, and PYTHONPATH's are not)
-#   PREFIX/modulefiles          the Lmod modulefile: module use PREFIX/modulefiles; module load accelerate-warmup-patch
-#   PREFIX/modulefiles-tcl      the same for Environment Modules (Tcl)
+#   PREFIX/modulefiles          Lmod's modulefiles: module use PREFIX/modulefiles; module load accelerate-warmup-patch
+#                               (reset), or accelerate-warmup-patch-warn (warn: a roll-out's first step)
+#   PREFIX/modulefiles-tcl      the same for Environment Modules (Tcl): module use PREFIX/modulefiles-tcl
 set -euo pipefail
 if [ $# -lt 2 ]; then
   echo "usage: $0 PREFIX WHEEL [PYTHON]" >&2
@@ -26,8 +27,13 @@ mkdir -p "$prefix/lib"
 mv "$prefix"/deps/accelerate_warmup_patch "$prefix"/deps/accelerate_warmup_patch-*.dist-info "$prefix/deps/bin" \
   "$prefix/lib/"
 rm -f "$prefix/deps/accelerate_warmup_patch.pth"  # read only in a site folder: the sitecustomize does its job
-mkdir -p "$prefix/site" "$prefix/modulefiles/accelerate-warmup-patch" "$prefix/modulefiles-tcl/accelerate-warmup-patch"
+mkdir -p "$prefix/site"
 cp "$here/sitecustomize.py" "$prefix/site/sitecustomize.py"
-cp "$here/modulefiles/accelerate-warmup-patch.lua" "$prefix/modulefiles/accelerate-warmup-patch/$version.lua"
-cp "$here/modulefiles/accelerate-warmup-patch.tcl" "$prefix/modulefiles-tcl/accelerate-warmup-patch/$version"
-echo "installed $version in $prefix: module use $prefix/modulefiles; module load accelerate-warmup-patch"
+# one modulefile per system, installed under two names: the folder's name gives the mode (reset, or warn)
+for name in accelerate-warmup-patch accelerate-warmup-patch-warn; do
+  mkdir -p "$prefix/modulefiles/$name" "$prefix/modulefiles-tcl/$name"
+  cp "$here/modulefiles/accelerate-warmup-patch.lua" "$prefix/modulefiles/$name/$version.lua"
+  cp "$here/modulefiles/accelerate-warmup-patch.tcl" "$prefix/modulefiles-tcl/$name/$version"
+done
+echo "installed $version in $prefix: module use $prefix/modulefiles (Lmod) or $prefix/modulefiles-tcl" \
+  "(Environment Modules); module load accelerate-warmup-patch (or accelerate-warmup-patch-warn)"

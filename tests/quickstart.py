@@ -1,5 +1,5 @@
-"""The README's shell lines (the launch lines of "Turn it on" among them), and the exact command a test runs for each
-(only a port option added)."""
+"""The README's shell lines (the launch lines of "Turn it on" among them), or another page's, and the exact command a
+test runs for each (only a port option added)."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ PROGRAMS = {"python": sys.executable, "torchrun": str(BIN / "torchrun"), "accele
 PORT_OPTION = {"torchrun": "--master_port", "deepspeed": "--master_port", "accelerate": "--main_process_port"}
 
 
-def lines() -> list[str]:
-    """The README's shell lines, every ```sh block of it, comments dropped."""
-    text = README.read_text()
+def lines(page: Path = README) -> list[str]:
+    """The shell lines of ``page`` (the README), every ```sh block of it, comments dropped."""
+    text = page.read_text()
     blocks = [block.split("```", 1)[0] for block in text.split("```sh\n")[1:]]
     return [line.split("  #")[0].strip() for block in blocks for line in block.splitlines() if line.strip()]
 
 
-def line(start: str) -> str:
-    """The README's line ``start``, or the one line that starts with it."""
-    found = [x for x in lines() if x == start] or [x for x in lines() if x.startswith(start)]
-    assert len(found) == 1, (start, lines())
+def line(start: str, page: Path = README) -> str:
+    """The line ``start`` of ``page`` (the README), or the one line that starts with it."""
+    found = [x for x in lines(page) if x == start] or [x for x in lines(page) if x.startswith(start)]
+    assert len(found) == 1, (start, lines(page))
     return found[0]
 
 

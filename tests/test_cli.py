@@ -286,7 +286,7 @@ def test_status_live_reports_the_process_it_started(value):
 
 DOCTOR_SCHEMA = {
     "": {"schema", "state", "verdict", "strict_fails", "package", "python", "versions", "verdicts", "activation",
-         "multinode", "config", "problems", "notes"},
+         "multinode", "config", "problems", "notes", "interpreter"},
     "activation": {"env", "mode", "pth", "sitecustomize", "active_at_start_up", "through", "by_import", "python",
                    "why_not", "interpreters", "probed_with"},
     "multinode": {"carries", "why", "runners"},

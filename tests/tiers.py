@@ -52,8 +52,9 @@ ONE_RELEASE_TESTS = {
     "tests/test_cli.py": "the command line's arguments, output shapes and child processes (doctor's states and "
                          "answers per release are tests/test_doctor.py's, on both)",
     "tests/test_layout.py": "the package's import structure",
-    "tests/test_deploy.py": "the deployment files: the image recipe and the module arm or disarm the package (the "
-                            "module's real job asserts the lr of an affected release)",
+    "tests/test_deploy.py": "the deployment files: the modules arm or disarm the package under Lmod and Environment "
+                            "Modules, and the checks answer for the jobs' Python (the module's real job asserts the "
+                            "lr of an affected release)",
     "tests/test_builds.py": "builds that are not releases, made from 0.15.2's own code (tests/builds.py)",
     "tests/test_audit_store.py": "the audit's reading of a bucket against the same folders on disk: the reading is "
                                  "the release's own files either way (tests/test_audit.py judges both releases)",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import releases, settings, upstream
-from . import child, config_facts, doctor_config, probe_build
+from . import child, config_facts, doctor_config, job_python, probe_build
 
 PTH = "accelerate_warmup_patch.pth"
 SCHEMA = 3  # doctor --json's layout (docs/doctor.md); a change that removes or renames a key bumps it
@@ -386,7 +386,8 @@ def report(config_args: dict[str, Any] | None = None, python_flags: list[str] | 
     data = {"schema": SCHEMA, "state": state, "verdict": line, "strict_fails": STATES[state] or bool(problems),
             "versions": versions, "verdicts": verdicts, "activation": active,
             "multinode": multinode(deepspeed, active), "config": section, "problems": problems, "notes": notes,
-            "package": releases.installed("accelerate-warmup-patch"), "python": sys.version.split()[0]}
+            "package": releases.installed("accelerate-warmup-patch"), "python": sys.version.split()[0],
+            "interpreter": job_python.describe()}  # a key added within schema 3: which Python answered
     if probed is not None:  # a build, not a release: a key added within schema 3
         data["probed"] = probed
     return data
@@ -441,6 +442,7 @@ def _lrs(row: list[float]) -> str:
 def _print(data: dict[str, Any], verbose: bool) -> None:
     print(data["verdict"])
     print()
+    print(f"Python: {job_python.line(data['interpreter'])}")
     versions = ", ".join(f"{name} {version or 'not installed'}" for name, version in data["versions"].items())
     print(f"Installed: accelerate-warmup-patch {data['package']}, Python {data['python']}, {versions}")
     if data["verdicts"]:

@@ -25,6 +25,7 @@ exit codes:
      for the patch; warn passes), or ACCELERATE_WARMUP_PATCH holds a value it does not accept; demo: the
      patched run did not start at the warmup lr; audit: a run is affected
   2  usage error, an unreadable --config, or what demo needs is missing (torch, DeepSpeed, matplotlib);
+     doctor, status, demo: the python3 on PATH, which they answer for, cannot run the package (Python < 3.9);
      audit: no run is affected, and something could not be read (a PATH with no DeepSpeed checkpoint, an
      unreadable run, a folder that cannot be listed); audit --summarize: also a part missing, given twice,
      unfinished or another audit's, or a file it cannot read (whatever the runs' verdicts)
@@ -176,6 +177,26 @@ def _shard(text: str) -> tuple[int, int]:
     if not 0 <= shard[0] < shard[1]:
         raise argparse.ArgumentTypeError(f"{text!r} is not K/N with 0 <= K < N (e.g. 0/4 ... 3/4)")
     return shard
+
+
+# The commands that answer for an environment: the `accelerate-warmup-patch` script runs them on the Python jobs start.
+ENVIRONMENT_COMMANDS = ("doctor", "status", "demo")
+
+
+def command() -> int:
+    """The ``accelerate-warmup-patch`` script: ``doctor``, ``status`` and ``demo`` answer for the Python that jobs
+    start, the python3 on PATH (cli/job_python.py), which may not be the one this script runs on; the rest run here."""
+    from . import job_python
+
+    argv = sys.argv[1:]
+    name = next((word for word in argv if not word.startswith("-")), None)
+    if name in ENVIRONMENT_COMMANDS and not {"-h", "--help"} & set(argv):
+        try:
+            job_python.hand_over(argv)  # returns only where this interpreter is the jobs'
+        except job_python.Unusable as error:
+            print(f"accelerate-warmup-patch {name}: error: {error}", file=sys.stderr)
+            return 2
+    return main(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

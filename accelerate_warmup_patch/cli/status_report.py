@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from .. import releases, settings, upstream
-from . import child, doctor
+from . import child, doctor, job_python
 
 # the child: the package is in it only if the .pth or sitecustomize imported it (never this code)
 _LIVE = f"""
@@ -39,6 +39,7 @@ def would(flags: list[str] | None = None) -> dict[str, Any]:
     return {
         "source": "a new process of this environment (nothing imported)",
         "python": active["python"],
+        "interpreter": job_python.describe(),
         "armed": armed,
         "mode": active["mode"],
         "why_not": active["why_not"],
@@ -67,7 +68,7 @@ def live(flags: list[str] | None = None) -> dict[str, Any]:
     versions = _versions()
     if status is not None and status.get("probed"):  # what that process saw its build do, not its number
         versions["verdicts"] = status["verdicts"]
-    return {"source": source, "python": child.label(flags), "armed": armed,
+    return {"source": source, "python": child.label(flags), "interpreter": job_python.describe(), "armed": armed,
             "mode": status["mode"] if status else "not armed", "imported": answer["imported"], "status": status,
             **versions}
 
@@ -85,6 +86,8 @@ def print_text(data: dict[str, Any]) -> None:
         return
     job = "" if data["python"] == child.label([]) else f"{data['python']}, "
     print(f"{job}{data['source']}:")
+    if data.get("interpreter"):
+        print(f"  Python: {job_python.line(data['interpreter'])}")
     if not data["armed"] and data.get("why_not") and data["mode"] != settings.Mode.OFF:
         print(f"  {data['python']}: not armed: {data['why_not']}")
     elif data["armed"]:

@@ -203,21 +203,32 @@ def test_the_verdicts_are_the_same_in_the_readme_the_help_the_docs_and_the_code(
 
 # the lines no parser here can check, each run as written by the test named (a line's start -> file::test)
 INSTALL_LINES = "tests/test_deploy.py::test_the_readmes_install_lines_install_the_wheel_and_an_extra_and_remove_it"
-MODULE_LINES = "tests/test_deploy.py::test_module_load_arms_a_real_deepspeed_job_and_unload_disarms_the_next"
+MODULE_LINES = ("tests/test_deploy.py::"
+                "test_each_module_system_keeps_the_users_value_switches_warn_to_reset_and_checks_the_jobs_venv")
 RUN_AS_WRITTEN = {
-    "python3 -m pip wheel ": "tests/test_deploy.py::wheel",
+    "python3 -m pip wheel ": "tests/admin_steps.py::wheel",
     "python3 -m pip install dist/": INSTALL_LINES,
     'python3 -m pip install "dist/': INSTALL_LINES,
     "python3 -m pip uninstall ": INSTALL_LINES,
     "deploy/install-prefix.sh ": "tests/test_deploy.py::prefix",
     "module use ": MODULE_LINES,
     "module load ": MODULE_LINES,
+    "module switch ": MODULE_LINES,
     "module unload ": MODULE_LINES,
+    "sbatch deploy/audit-array.sbatch ":
+        "tests/test_audit_array.py::test_a_cancelled_array_task_keeps_its_closing_line_and_summary_at_every_moment",
     "python3 -m pip install -q nox": ".ci/run",  # the same install, then noxfile.py's CI_SESSIONS, the demo among them
     "bash .ci/run": ".ci/run",  # CI's entry point itself
 }
 LAUNCHERS = ("torchrun", "accelerate", "deepspeed", "srun")  # tests/test_quickstart.py's RUN_BY names each line's test
 SHELL = {"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "16"}  # what an array task's shell holds
+
+
+def _array_audit_line() -> str:
+    """deploy/audit-array.sbatch's audit command, its continuation lines joined, without its ``exec``."""
+    script = (ROOT / "deploy" / "audit-array.sbatch").read_text(encoding="utf-8").replace("\\\n", " ")
+    (line,) = [x for x in script.splitlines() if x.startswith("exec ")]
+    return " ".join(line.removeprefix("exec ").split())
 
 
 def _parsed(line: str) -> argparse.Namespace:
@@ -265,7 +276,8 @@ def test_the_readmes_demo_session_is_one_that_ci_runs() -> None:
 
 
 def test_the_audit_lines_parse_into_what_they_say() -> None:
-    shard = _parsed(quickstart.line("accelerate-warmup-patch audit --jsonl --shard"))
+    # the array script's audit: its line as the shell hands it over (its PATHs, "$@", those sbatch was given)
+    shard = _parsed(_array_audit_line().replace('"$@"', "/runs"))
     assert shard.shard == (3, 16) and shard.jsonl and shard.exclude == ["wandb"] and shard.paths == ["/runs"]
     merged = _parsed(quickstart.line("accelerate-warmup-patch audit --summarize"))
     assert merged.summarize and merged.paths == ["part-*.jsonl"]
