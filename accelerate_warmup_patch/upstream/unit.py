@@ -29,8 +29,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, Union
 
-from ..releases import VENDOR_BUILDS, MaxLrDefault, Start, VendorBuild, parse
+from ..releases import MaxLrDefault, Start, parse
 from ..scratch import Scratch
+from ..vendor_builds import VENDOR_BUILDS, VendorBuild
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import audit_files as files
 import pytest
 
-from accelerate_warmup_patch import installed, loads, releases, upstream
+from accelerate_warmup_patch import installed, loads, releases, upstream, vendor_builds
 from accelerate_warmup_patch.releases import MaxLrDefault, Start, StepLr
 from accelerate_warmup_patch.state import STATE
 
@@ -23,10 +23,10 @@ def test_a_version_with_a_local_part_or_a_suffix_is_not_a_release(version: str, 
 
 
 def test_gaudis_builds_are_named_with_the_release_they_carry() -> None:
-    found = releases.vendor_build("0.14.4+hpu.synapse.v1.19.0")
+    found = vendor_builds.vendor_build("0.14.4+hpu.synapse.v1.19.0")
     assert found is not None and found.carries == "0.14.4" and "tensor" in found.differences
-    assert releases.vendor_build("0.14.4+hpu.synapse.v1.17.0") is None  # not read: not named
-    assert releases.vendor_build("0.15.3+g7f8e2a1") is None
+    assert vendor_builds.vendor_build("0.14.4+hpu.synapse.v1.17.0") is None  # not read: not named
+    assert vendor_builds.vendor_build("0.15.3+g7f8e2a1") is None
 
 
 @pytest.mark.parametrize(("version", "carries", "differs"), [
@@ -39,7 +39,7 @@ def test_gaudis_builds_are_named_with_the_release_they_carry() -> None:
 def test_each_vendor_build_read_is_named_with_the_release_it_carries(version: str, carries: str,
                                                                      differs: bool) -> None:
     """Gaudi 1.11 to 1.21 (HabanaAI/DeepSpeed's branches) and DeeperSpeed v3.0: the version string each reports."""
-    found = releases.vendor_build(version)
+    found = vendor_builds.vendor_build(version)
     assert found is not None and found.carries == carries, found
     assert (found.differences != "none in the schedulers") is differs
     assert upstream.verdicts(carries)  # a release of the table
@@ -50,7 +50,7 @@ def test_each_vendor_build_read_is_named_with_the_release_it_carries(version: st
 def test_a_vendor_build_not_read_is_not_named(version: str) -> None:
     """A Gaudi release whose branch was not read (or is below the table's floor), a DeeperSpeed commit that is no
     tag read: unknown, as any build."""
-    assert releases.vendor_build(version) is None
+    assert vendor_builds.vendor_build(version) is None
 
 
 @pytest.fixture
