@@ -106,6 +106,11 @@ def parse(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in match.group(1).split("."))
 
 
+def release_number(version: str) -> str:
+    """The number of the release ``version`` names, alone: ``"0.15.3+abc"`` -> ``"0.15.3"``."""
+    return ".".join(map(str, parse(version)))
+
+
 def is_release(version: str) -> bool:
     """True for a release's number as published (``0.15.2``); False with a local part (``+abc``, ``+hpu…``) or a
     dev, pre or post suffix: such a build is not the release it names (pip install from git, a cherry-pick, a
@@ -128,7 +133,7 @@ def between_rows(version: str) -> bool:
 def not_the_release(version: str) -> str | None:
     """Why this version's number says nothing sure about its code, in a few words ("a build, not the release
     0.15.3"); None for the number of a release the table was read at."""
-    number = ".".join(map(str, parse(version)))
+    number = release_number(version)
     if not is_release(version):
         return f"a build, not the release {number}"
     if between_rows(version):

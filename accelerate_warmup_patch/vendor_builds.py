@@ -1,4 +1,4 @@
-"""The vendor builds of DeepSpeed whose code is known: the upstream release each carries, what differs, and where
+"""The vendor builds of DeepSpeed whose code is known: the upstream release each is based on, what differs, and where
 that was read (``VENDOR_BUILDS``, ``vendor_build``). A build's number alone says nothing sure about its code
 (``releases.not_the_release``); these are the builds whose code was read. Part of the guard table; standard library
 only.
@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class VendorBuild:
-    """A vendor's build of DeepSpeed whose code is known: the upstream release it carries, and what differs."""
+    """A vendor's build of DeepSpeed whose code is known: the upstream release it is based on, and what differs."""
 
     name: str
     pattern: str  # a regular expression its __version__ matches in full
-    carries: str  # the upstream release whose lr_schedules.py it runs
+    based_on: str  # the upstream release whose lr_schedules.py it runs
     differences: str
     source: str
 
@@ -25,9 +25,9 @@ class VendorBuild:
 
 
 # Intel Gaudi's builds, read in HabanaAI/DeepSpeed's branch of each SynapseAI release (its version.txt and build.txt
-# give the version string; its lr_schedules.py compared line by line with upstream's at the release it carries, and
-# engine.py's _load_checkpoint, which restores the scheduler as upstream's does). Branches 1.10.0 and older carry
-# releases below the table's floor; a release not listed was not read and is not named.
+# give the version string; its lr_schedules.py compared line by line with upstream's at the release it is based on,
+# and engine.py's _load_checkpoint, which restores the scheduler as upstream's does). Branches 1.10.0 and older are
+# based on releases below the table's floor; a release not listed was not read and is not named.
 _GAUDI = "HabanaAI/DeepSpeed, branch"
 _SAME = "lr_schedules.py the same as upstream's"
 VENDOR_BUILDS: tuple[VendorBuild, ...] = (

@@ -34,7 +34,7 @@ class Wrapped:
 
 WRAPPED: tuple[Wrapped, ...] = (
     Wrapped(SCHEDULER_METHODS, Span(DEEPSPEED_FLOOR, None), ARMED,
-            "the fix (backport.py): each method that carries a backported change, on the releases that lack it"),
+            "the fix (backport.py): each method a backported change changed, on the releases that lack it"),
     Wrapped("deepspeed.initialize", Span(DEEPSPEED_FLOOR, None), ARMED,
             "settles a scheduler built before the patch was applied; accelerate and the HF Trainer build through it"),
     Wrapped("DeepSpeedEngine.load_checkpoint", Span(DEEPSPEED_FLOOR, None), ARMED,

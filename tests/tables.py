@@ -220,7 +220,7 @@ def matrix_page(results: dict[str, Row]) -> str:
               "(how-it-works.md#how-the-probe-decides)); `audit` judges an unpatched run of such a build `unknown`, "
               "except on the vendor builds whose code is known (`vendor_builds.VENDOR_BUILDS`):", ""]
     lines += _table(["vendor build", "its `deepspeed.__version__`", "runs upstream", "differences", "source"],
-                    ([v.name, "`" + v.pattern.replace("|", "\\|") + "`", v.carries, v.differences, v.source]
+                    ([v.name, "`" + v.pattern.replace("|", "\\|") + "`", v.based_on, v.differences, v.source]
                      for v in vendor_builds.VENDOR_BUILDS))  # a pipe escaped: it would end the table's cell
     lines += ["", "## Era stacks", ""]
     lines += _table(["DeepSpeed", "month", "Python", "torch", "wrapt", "accelerate", "transformers", "ran",

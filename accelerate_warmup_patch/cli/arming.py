@@ -52,7 +52,7 @@ def env_problem() -> str | None:
 # the interpreters every answer covers; the job's own flags (--python-flags) are added to them
 INTERPRETERS: tuple[tuple[str, ...], ...] = ((), ("-I",), ("-E",), ("-s",), ("-S",))
 # the child: only a .pth or a sitecustomize has imported the package before its first line (never this code)
-_PROBE = f"""
+_ASK = f"""
 import json, os, sys
 package = sys.modules.get("accelerate_warmup_patch")
 status = package.status() if package else None
@@ -69,17 +69,17 @@ print({child.RESULT!r} + json.dumps({{"status": status, "site": site_ran, "site_
 """
 
 
-def probe(flags: list[str] | tuple[str, ...], env: dict[str, str]) -> subprocess.Popen[str]:
+def ask(flags: list[str] | tuple[str, ...], env: dict[str, str]) -> subprocess.Popen[str]:
     """Start ``python FLAGS`` in ``env`` asking it what armed it; ``child.answer`` reads its facts."""
-    return child.start([*flags, "-c", _PROBE], env)
+    return child.start([*flags, "-c", _ASK], env)
 
 
-def _reached(probe: dict[str, Any]) -> dict[str, Any]:
+def _reached(answer: dict[str, Any]) -> dict[str, Any]:
     """One interpreter's entry: whether the value it was started with armed it (``reached``), in which mode,
     through what, and why not, from the child's facts."""
-    if "error" in probe:
-        return {"reached": False, "mode": None, "through": [], "why": probe["error"]}
-    status = probe["status"]
+    if "error" in answer:
+        return {"reached": False, "mode": None, "through": [], "why": answer["error"]}
+    status = answer["status"]
     armed = status is not None and status["mode"] != settings.Mode.OFF
     entry = {"reached": armed, "mode": status["mode"] if status else None,
              "through": status["applied_by"] if status else [], "why": None}
@@ -87,13 +87,13 @@ def _reached(probe: dict[str, Any]) -> dict[str, Any]:
         return entry
     explicit = "import accelerate_warmup_patch first in the script"
     custom = "add a sitecustomize.py there that calls accelerate_warmup_patch.arm_from_environment()"
-    folder = probe["location"]
-    if not probe["site"]:
+    folder = answer["location"]
+    if not answer["site"]:
         entry["why"] = f"site.py does not run there, so no .pth and no sitecustomize is read: {explicit}"
     elif folder is None:
         entry["why"] = ("accelerate_warmup_patch cannot be imported there (not on that interpreter's path): install "
                         "it into that interpreter's site-packages")
-    elif not any((Path(f) / PTH).is_file() for f in probe["site_folders"]) and (Path(folder) / PTH).is_file():
+    elif not any((Path(f) / PTH).is_file() for f in answer["site_folders"]) and (Path(folder) / PTH).is_file():
         entry["why"] = (f"its {PTH} in {folder} is not read: {folder} is not a site folder (a pip --target folder "
                         f"on PYTHONPATH; Python reads .pth files in site-packages only): {explicit}, or {custom}")
     else:
@@ -108,7 +108,7 @@ def interpreters(flags: list[str]) -> tuple[dict[str, dict[str, Any]], str]:
     value = raw if raw.strip() and settings.env_setting()[0] != settings.Mode.OFF else settings.Mode.RESET
     env = {**os.environ, settings.ENV_MODE: value}
     wanted = list(dict.fromkeys([*INTERPRETERS, tuple(flags)]))
-    started = [(child.label(f), probe(f, env)) for f in wanted]
+    started = [(child.label(f), ask(f, env)) for f in wanted]
     return {name: _reached(child.answer(proc)) for name, proc in started}, value
 
 
@@ -119,12 +119,12 @@ def activation(flags: list[str] | None = None) -> dict[str, Any]:
     raw = os.environ.get(settings.ENV_MODE)
     mode = settings.env_setting()[0]
     pth, custom = pth_installed(), sitecustomize_imports_us()
-    table, probed_with = interpreters(flags)
+    table, asked_with = interpreters(flags)
     job = child.label(flags)
-    if probed_with == raw:
+    if asked_with == raw:
         seen = table[job]
     elif custom:  # the table is what reset would do; ask what this environment does
-        seen = _reached(child.answer(probe(flags, dict(os.environ))))
+        seen = _reached(child.answer(ask(flags, dict(os.environ))))
     else:  # unset, or off: the .pth line imports nothing, or arms nothing
         seen = {"reached": False, "mode": None, "through": [], "why": None}
     through = []
@@ -137,7 +137,7 @@ def activation(flags: list[str] | None = None) -> dict[str, Any]:
                                                                  else "not armed"),
         "pth": pth, "sitecustomize": custom, "active_at_start_up": bool(seen["reached"]), "through": through,
         "by_import": _by_import(mode),
-        "python": job, "why_not": table[job]["why"], "interpreters": table, "probed_with": probed_with,
+        "python": job, "why_not": table[job]["why"], "interpreters": table, "probed_with": asked_with,
     }
 
 

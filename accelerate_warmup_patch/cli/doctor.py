@@ -122,7 +122,7 @@ def _probed_build(deepspeed: str | None, notes: list[str]) -> dict[str, Any] | N
     what = releases.not_the_release(deepspeed) if deepspeed is not None else None
     if deepspeed is None or what is None:
         return None
-    number = ".".join(map(str, releases.parse(deepspeed)))
+    number = releases.release_number(deepspeed)
     probed = probe_build.probe(deepspeed)
     if "error" in probed:
         notes.append(f"DeepSpeed {deepspeed} is {what}, and probing its scheduler classes "

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .. import releases, settings, upstream
+from .. import installed, releases, settings, upstream
 from . import child, config_facts
 from .arming import PTH, env_problem
 
@@ -71,14 +71,11 @@ def _scope(deepspeed: str, config: dict[str, Any] | None,
            probed: dict[str, Any] | None = None) -> tuple[str, list[str], dict[str, list[str]]]:
     """"not-affected", "affected", "backports" or "fixed-upstream" for a known release, with the affected
     classes' labels and, per backported change still missing, the classes it concerns. ``probed``: what a build's
-    scheduler classes were seen to lack (``_probed_build``), which decides instead of its number."""
-    lacked = set(probed["lacks"]) if probed is not None and "lacks" in probed else None
+    scheduler classes were seen to lack (``doctor._probed_build``), which decides instead of its number."""
+    seen = probed.get("lacks") if probed is not None else None
 
     def lacks(key: str, name: str) -> bool:
-        if lacked is None:
-            return upstream.lacks(key, name, deepspeed)
-        owner = upstream.carrier(key, name)
-        return owner is not None and f"{owner} {key}" in lacked
+        return installed.lacks(key, name, deepspeed, seen=seen)
 
     if config is not None:
         name = config["scheduler"]

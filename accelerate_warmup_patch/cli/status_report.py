@@ -116,7 +116,7 @@ def print_text(data: dict[str, Any]) -> None:
     probed = (status or {}).get("probed")
     deepspeed = versions.get("deepspeed")
     if deepspeed and not probed and releases.not_the_release(deepspeed) is not None:
-        number = ".".join(map(str, releases.parse(deepspeed)))
+        number = releases.release_number(deepspeed)
         print(f"  DeepSpeed {deepspeed} is {releases.not_the_release(deepspeed)}: these verdicts are the table's for "
               f"{number}; `status --live` or `doctor` asks what its scheduler classes do")
     if probed and probed["differs_from_table"]:
