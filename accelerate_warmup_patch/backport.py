@@ -3,7 +3,7 @@
 Each backported change is a unit of ``upstream/`` (its PR, its release, and its backport: what the reference does);
 this module runs them inside the build's own scheduler methods, safely. Whether the installed build lacks a change
 is what the build was seen to do (``installed.lacks``: probe.py, the table where the probe cannot run). targets.py
-wraps, on a build that lacks a change, the scheduler method that carries it upstream, with ``wrapper``:
+wraps, on a build that lacks a change, the scheduler method it changed upstream, with ``wrapper``:
 
 - ``__init__``: the original first, then ``settle``: the constructor's changes the build lacks (each unit's
   ``AtConstruction``: an unknown warmup_type, #8151; the default peak, #8171; the start lr last, #6597 and #7969),
@@ -218,7 +218,7 @@ def _why(name: str, version: str) -> str:
     return f"DeepSpeed {version} {start.value}"
 
 
-# The wrappers of the scheduler methods that carry a change upstream --------------------------------
+# The wrappers of the scheduler methods that upstream changed -----------------------------------
 
 def _constructor(original: Callable[..., Any], version: str) -> Callable[..., Any]:
     """The wrapper of one scheduler class's ``__init__``: the original first, then ``settle``."""

@@ -1,7 +1,7 @@
 """What the installed DeepSpeed build does, as every decision of the patch asks it.
 
 A version number is not the code: a ``0.15.3+<hash>`` from git may predate the fix 0.15.3 shipped, a ``+local``
-build may carry a cherry-picked fix, a vendor's ``0.14.4+hpu…`` changes one line. So the answer is the probe's
+build may hold a cherry-picked fix, a vendor's ``0.14.4+hpu…`` changes one line. So the answer is the probe's
 (``probe.py`` runs the build's own scheduler classes once, when deepspeed is imported, and compares them with
 the reference release's formulas), and the guard table's (``releases.py``, ``upstream/``) only where the probe
 could not run. The table still explains each change (its PR, its release) and says where the two disagree
@@ -10,11 +10,11 @@ could not run. The table still explains each change (its PR, its release) and sa
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from . import releases, upstream, wrapping
-from .scratch import PROBED as PROBED  # the classes the probe runs: those that carry a backported change
+from .scratch import PROBED as PROBED  # the classes the probe runs: those a backported change changed
 from .state import STATE
 
 
@@ -24,7 +24,7 @@ class Probed:
 
     version: str  # deepspeed.__version__ as installed, local part and all
     classes: frozenset[str]  # the warmup classes it has (WarmupCosineLR came in 0.12.3)
-    lacks: frozenset[tuple[str, str]]  # (class that carries the change upstream, its key): backported ones
+    lacks: frozenset[tuple[str, str]]  # (class whose code upstream changed, the change's key): backported ones
     starts: Mapping[str, releases.Start]  # what each class does to the optimizer's lr when built
     peak: releases.MaxLrDefault | None  # WarmupLR's peak without warmup_max_lr; None: not seen
     step_lr: str  # releases.StepLr
@@ -41,22 +41,35 @@ def _version(version: str | None) -> str:
 
 
 def _owner(key: str, scheduler: str) -> str | None:
-    """The class that carries change ``key`` upstream for ``scheduler`` (WarmupDecayLR runs WarmupLR's); None
+    """The class whose code upstream changed (change ``key``) for ``scheduler`` (WarmupDecayLR runs WarmupLR's); None
     where the change is not this class's."""
     if key not in upstream.CHANGE_KEYS:
         known = ", ".join(sorted(upstream.CHANGE_KEYS))
         raise KeyError(f"no change {key!r} in upstream.CHANGES (one of {known})")
-    return upstream.carrier(key, scheduler)
+    return upstream.changed_class(key, scheduler)
 
 
-def lacks(key: str, scheduler: str, version: str | None = None) -> bool:
+def lacks(key: str, scheduler: str, version: str | None = None, *, seen: Collection[str] | None = None) -> bool:
     """True where the installed build lacks a change the patch backports (``key``) for this class: as the probe
-    saw it, else as the table says of ``version`` (the running one by default). KeyError for an unknown key."""
+    saw it (this process's, or ``seen``: another process's answer, as ``named_lacks`` writes it), else as the table
+    says of ``version`` (the running one by default). KeyError for an unknown key."""
     owner = _owner(key, scheduler)
+    if seen is not None:
+        return owner is not None and _named(owner, key) in seen
     answer = probed()
     if answer is None or (version is not None and version != answer.version):
         return upstream.lacks(key, scheduler, _version(version))
     return owner is not None and (owner, key) in answer.lacks
+
+
+def named_lacks(answer: Probed) -> list[str]:
+    """What ``answer`` saw the build lack, as plain data for another process (``doctor`` asks a child): one
+    ``"<class> <key>"`` each, sorted; ``lacks(..., seen=)`` reads it back."""
+    return sorted(_named(owner, key) for owner, key in answer.lacks)
+
+
+def _named(owner: str, key: str) -> str:
+    return f"{owner} {key}"
 
 
 _AT_CONSTRUCTION = tuple(dict.fromkeys(c.key for c in upstream.CHANGES if c.backported and c.method == "__init__"))
@@ -139,4 +152,4 @@ def verdicts(version: str) -> dict[str, str]:
 
 def _missing(scheduler: str, answer: Probed) -> tuple[upstream.Change, ...]:
     return tuple(c for c in upstream.CHANGES if c.backported and
-                 upstream.carrier(c.key, scheduler) == c.scheduler and (c.scheduler, c.key) in answer.lacks)
+                 upstream.changed_class(c.key, scheduler) == c.scheduler and (c.scheduler, c.key) in answer.lacks)

@@ -8,7 +8,7 @@ is imported in an armed process (the ``deepspeed`` command is one: the .pth arms
 
 ``MultiNodeRunner.__init__`` is wrapped: every runner class of every release calls it first and it
 creates ``self.exports``, the dict each runner's ``get_cmd`` writes into the command for the nodes
-(``releases.MULTINODE_RUNNERS``). Right after it, the variables the launching process has set go in
+(``multinode_runners.MULTINODE_RUNNERS``). Right after it, the variables the launching process has set go in
 with its current values, ``off`` as ``off``. runner.py then adds EXPORT_ENVS and ``.deepspeed_env``:
 a line there for the same name wins, as it does over every variable DeepSpeed exports.
 """
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from types import MappingProxyType, ModuleType
 from typing import Any
 
-from . import failures, log, releases, settings, wrapping
+from . import failures, log, multinode_runners, releases, settings, wrapping
 
 MODULE = "deepspeed.launcher.multinode_runner"
 
@@ -71,7 +71,7 @@ def carry(runner: Any) -> dict[str, str]:
     version = wrapping.deepspeed_version()
     name = type(runner).__name__
     # by class, through the MRO: a user's subclass of PDSHRunner still goes through a shell
-    fact = next(filter(None, (releases.runner_fact(k.__name__, version) for k in type(runner).__mro__)), None)
+    fact = next(filter(None, (multinode_runners.runner_fact(k.__name__, version) for k in type(runner).__mro__)), None)
     exports = runner.exports
     if not isinstance(exports, dict):
         raise TypeError(f"{name}.exports is a {type(exports).__name__}, not a dict")
@@ -84,7 +84,7 @@ def carry(runner: Any) -> dict[str, str]:
             log.warn_once(f"launcher:{name}:{key}", "%s leaves %s out of the list it exports: its value %r holds %r, "
                           "where the list starts another variable; the list's ALL passes it on as it is",
                           name, key, value, separator)
-        else:  # add_export's quoting differs per release (releases.ADD_EXPORT_QUOTING): written here
+        else:  # add_export's quoting differs per release (multinode_runners.ADD_EXPORT_QUOTING): written here
             exports[key] = shlex.quote(value) if fact.value.remote_shell else value
     if not values:
         return values

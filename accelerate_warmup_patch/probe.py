@@ -44,12 +44,12 @@ def run(module: ModuleType, version: str) -> installed.Probed:
 
 
 def _has_its_class(scratch: Scratch, change: Change) -> bool:
-    """Whether the build has the class whose code carries the change (WarmupCosineLR came in 0.12.3)."""
+    """Whether the build has the class whose code the change changed (WarmupCosineLR came in 0.12.3)."""
     return change.scheduler not in releases.scheduler_classes() or scratch.has(change.scheduler)
 
 
 class _Hold(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
+    def filter(self, line: logging.LogRecord) -> bool:
         return False
 
 

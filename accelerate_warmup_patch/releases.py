@@ -1,8 +1,10 @@
-"""The version guard table: what each DeepSpeed and accelerate release does, as data.
+"""The version guard table: what each DeepSpeed and accelerate release does, as data, and its one lookup.
 
 Every row names where its fact came from: the release's source at its tag, or a real run on
-this project's CI machine (CPU, torch 2.13). With the upstream changes (``upstream/``: each change DeepSpeed made to
-its schedulers, one unit per pull request), this module is the single source for the patch's decisions, ``doctor``
+this project's CI machine (CPU, torch 2.13). Its other rooms hold the vendor builds whose code is known
+(``vendor_builds.py``), each multi-node runner's exports (``multinode_runners.py``) and what the patch wraps
+(``wrapped_targets.py``). With the upstream changes (``upstream/``: each change DeepSpeed made to
+its schedulers, one unit per pull request), the table is the single source for the patch's decisions, ``doctor``
 and ``status()``, the generated tables of README.md, docs/how-it-works.md and docs/matrix.md (``tests/tables.py``)
 and the version matrix's checks (``tests/matrix.py``). The releases the matrix installs are test tooling
 (``tests/tiers.py``). Standard library only.
@@ -104,6 +106,11 @@ def parse(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in match.group(1).split("."))
 
 
+def release_number(version: str) -> str:
+    """The number of the release ``version`` names, alone: ``"0.15.3+abc"`` -> ``"0.15.3"``."""
+    return ".".join(map(str, parse(version)))
+
+
 def is_release(version: str) -> bool:
     """True for a release's number as published (``0.15.2``); False with a local part (``+abc``, ``+hpu…``) or a
     dev, pre or post suffix: such a build is not the release it names (pip install from git, a cherry-pick, a
@@ -126,67 +133,12 @@ def between_rows(version: str) -> bool:
 def not_the_release(version: str) -> str | None:
     """Why this version's number says nothing sure about its code, in a few words ("a build, not the release
     0.15.3"); None for the number of a release the table was read at."""
-    number = ".".join(map(str, parse(version)))
+    number = release_number(version)
     if not is_release(version):
         return f"a build, not the release {number}"
     if between_rows(version):
         return "a number between two releases the table was read at, no release it knows"
     return None
-
-
-@dataclass(frozen=True)
-class VendorBuild:
-    """A vendor's build of DeepSpeed whose code is known: the upstream release it carries, and what differs."""
-
-    name: str
-    pattern: str  # a regular expression its __version__ matches in full
-    carries: str  # the upstream release whose lr_schedules.py it runs
-    differences: str
-    source: str
-
-    def matches(self, version: str) -> bool:
-        return re.fullmatch(self.pattern, version.strip()) is not None
-
-
-# Intel Gaudi's builds, read in HabanaAI/DeepSpeed's branch of each SynapseAI release (its version.txt and build.txt
-# give the version string; its lr_schedules.py compared line by line with upstream's at the release it carries, and
-# engine.py's _load_checkpoint, which restores the scheduler as upstream's does). Branches 1.10.0 and older carry
-# releases below the table's floor; a release not listed was not read and is not named.
-_GAUDI = "HabanaAI/DeepSpeed, branch"
-_SAME = "lr_schedules.py the same as upstream's"
-VENDOR_BUILDS: tuple[VendorBuild, ...] = (
-    VendorBuild("Intel Gaudi's DeepSpeed (software 1.11, 1.12)", r"0\.9\.4\+hpu\.synapse\.v1\.(11\.0|12\.[01])",
-                "0.9.4", "none in the schedulers",
-                f"{_GAUDI}es 1.11.0 (a24dac1fa6), 1.12.0 (14fc572fa4), 1.12.1 (453d6c9723): {_SAME} at v0.9.4"),
-    VendorBuild("Intel Gaudi's DeepSpeed (software 1.13)", r"0\.10\.3\+hpu\.synapse\.v1\.13\.0", "0.10.3",
-                "none in the schedulers", f"{_GAUDI} 1.13.0 (6522014efa): {_SAME} at v0.10.3"),
-    VendorBuild("Intel Gaudi's DeepSpeed (software 1.14, 1.15)", r"0\.12\.4\+hpu\.synapse\.v1\.(14\.0|15\.[01])",
-                "0.12.4", "none in the schedulers",
-                f"{_GAUDI}es 1.14.0 (fad45b24c7), 1.15.0 (5d37dd20a4), 1.15.1 (7e475fbdcf): {_SAME} at v0.12.4"),
-    VendorBuild("Intel Gaudi's DeepSpeed (software 1.16, 1.17)", r"0\.14\.0\+hpu\.synapse\.v1\.1[67]\.[01]",
-                "0.14.0", "none in the schedulers",
-                f"{_GAUDI}es 1.16.0 (4cbcca3af5), 1.16.1 and 1.16.2 (d0420c5fd6, both v1.16.1), 1.17.0 (a658791b80), "
-                f"1.17.1 (e3078cb74d): {_SAME} at v0.14.0"),
-    VendorBuild("Intel Gaudi's DeepSpeed (software 1.18, 1.19)", r"0\.14\.4\+hpu\.synapse\.v1\.1[89]\.0",
-                "0.14.4", "WarmupLR.step writes a tensor lr where the group holds one (torch.tensor(lr) on the group's "
-                "device: the same values; a step keeps a tensor a tensor, as 0.18.1's update_lr does)",
-                f"{_GAUDI}es 1.18.0 (907611fe6d), 1.19.0 (9c2d0431b6): lr_schedules.py is v0.14.4's with that "
-                "change; real builds of the Gaudi 1.19 tree on CPU (issue #46)"),
-    VendorBuild("Intel Gaudi's DeepSpeed (software 1.20, 1.21)", r"0\.16\.1\+hpu\.synapse\.v1\.2[01]\.0",
-                "0.16.1", "WarmupLR.step writes a tensor lr where the group holds one, in place of update_lr "
-                "(torch.tensor(lr) on the group's device: the same values)",
-                f"{_GAUDI}es 1.20.0 (61543a9638), 1.21.0 (ad4a2d0f7f): lr_schedules.py is v0.16.1's with that change"),
-    VendorBuild("EleutherAI's DeeperSpeed (v3.0)", r"0\.16\.5\+(91d1c55|65d9f99)[0-9a-f]*", "0.16.5",
-                "load_checkpoint(load_module_only=True) restores the lr scheduler too (not the optimizer, not "
-                "global_steps): the load net sees it (loads.py)",
-                "EleutherAI/DeeperSpeed, tag v3.0 (91d1c55) and main (65d9f99): lr_schedules.py the same as upstream's "
-                "at v0.16.5; engine.py's _load_checkpoint with the scheduler restored under load_module_only"),
-)
-
-
-def vendor_build(version: str) -> VendorBuild | None:
-    """The vendor build ``version`` names, where the table knows its code; None elsewhere."""
-    return next((build for build in VENDOR_BUILDS if build.matches(version)), None)
 
 
 # DeepSpeed -------------------------------------------------------------------------------
@@ -301,114 +253,6 @@ def optimizer_step_method(deepspeed_version: str) -> str | None:
     return fact.value if fact is not None else None
 
 
-# DeepSpeed's multi-node launcher --------------------------------------------------------
-# `deepspeed --hostfile` (and `accelerate launch` across machines, which calls it) starts the ranks
-# of every node through a runner class. runner.py's main() sends a variable to the nodes only when
-# its name starts with one of EXPORT_ENVS (MLFLOW, PYTHON, MV2, UCX, the accelerator's; NCCL before
-# 0.12.6) or it is a line of .deepspeed_env: ACCELERATE_WARMUP_PATCH is neither on any release
-# (runner.py @ v0.9.0..v0.19.8). Every runner calls MultiNodeRunner.__init__, which creates
-# `self.exports`, and its get_cmd writes that dict into the command it builds.
-
-_MNR = "deepspeed/launcher/multinode_runner.py"
-_TWO_NODES = "real two-node pdsh launch over ssh (tests/test_multinode.py) on 0.14.4, 0.15.2, 0.19.8"
-_CMD = "real get_cmd checked (tests/test_multinode.py) on 0.14.4, 0.15.2, 0.19.8"
-
-
-@dataclass(frozen=True)
-class Runner:
-    """How a runner class puts an exported variable on every node."""
-
-    launcher: str  # `deepspeed --launcher NAME`
-    syntax: str  # what get_cmd writes for each export; "" when it writes nothing
-    remote_shell: bool  # the command runs in a shell on each node: the value must be shell-quoted
-
-    @property
-    def carries(self) -> bool:
-        return bool(self.syntax)
-
-
-# each runner class of multinode_runner.py
-MULTINODE_RUNNERS: tuple[Fact[Runner], ...] = (
-    Fact("PDSHRunner", Span("0.9.0", None),
-         Runner("pdsh", "export NAME=VALUE; before the command pdsh runs over ssh", remote_shell=True),
-         f"{_MNR} @ v0.9.0..v0.19.8: PDSHRunner.get_cmd; {_TWO_NODES}"),
-    Fact("OpenMPIRunner", Span("0.9.0", None), Runner("openmpi", "mpirun -x NAME=VALUE", remote_shell=False),
-         f"{_MNR} @ v0.9.0..v0.19.8: OpenMPIRunner.get_cmd; {_CMD}"),
-    Fact("MPICHRunner", Span("0.9.0", "0.9.1"), Runner("mpich", "", remote_shell=False),
-         f"{_MNR} @ v0.9.0..v0.9.1: get_cmd builds -x NAME=VALUE but leaves it out of the command "
-         "(MPICH's mpiexec passes the launching environment on by default: src/pm/hydra, not tested)"),
-    Fact("MPICHRunner", Span("0.9.2", None), Runner("mpich", "mpirun -genv NAME=VALUE", remote_shell=False),
-         f"{_MNR} @ v0.9.2..v0.19.8: MPICHRunner.get_cmd; {_CMD}"),
-    Fact("IMPIRunner", Span("0.9.3", None), Runner("impi", "mpirun -genv NAME VALUE", remote_shell=False),
-         f"{_MNR} @ v0.9.3 (class added)..v0.19.8: IMPIRunner.get_cmd; {_CMD}"),
-    Fact("SlurmRunner", Span("0.9.0", None), Runner("slurm", "srun --export=ALL,NAME=VALUE", remote_shell=False),
-         f"{_MNR} @ v0.9.0..v0.19.8: SlurmRunner.get_cmd; {_CMD}"),
-    Fact("MVAPICHRunner", Span("0.9.0", None), Runner("mvapich", "mpirun -env NAME=VALUE", remote_shell=False),
-         f"{_MNR} @ v0.9.0..v0.19.8: MVAPICHRunner.get_cmd; {_CMD}"),
-)
-
-# what MultiNodeRunner.add_export does to a value (why the patch writes its exports itself)
-ADD_EXPORT_QUOTING: tuple[Fact[str], ...] = (
-    Fact("MultiNodeRunner.add_export", Span("0.9.0", "0.15.1"), "the value as given",
-         f"{_MNR} @ v0.9.0..v0.15.1: var.strip()"),
-    Fact("MultiNodeRunner.add_export", Span("0.15.2", "0.16.4"), "always in double quotes: ranks started without "
-         "a shell (MPI, Slurm) receive the quotes", f"{_MNR} @ v0.15.2..v0.16.4: f'\"{{var.strip()}}\"'"),
-    Fact("MultiNodeRunner.add_export", Span("0.16.5", None), "in double quotes only when it has characters "
-         "outside [\\w@%+=:,./-]", f"{_MNR} @ v0.16.5 (PR #7071)..v0.19.8: re.search before quoting"),
-)
-
-
-
-# What the patch wraps --------------------------------------------------------------------
-# targets.py wraps what these rows name on the running release and mode (launcher.py the runner's, at its
-# module's import), and docs/how-it-works.md's "What is wrapped" table is generated from them (tests/tables.py).
-# accelerate's own code is not wrapped: accelerate and the HF Trainer build their engines through
-# deepspeed.initialize (accelerate's utils/deepspeed.py and Accelerator._prepare_deepspeed @ v0.29.3..v1.16.0).
-
-ARMED = ("reset", "step", "warn")  # settings.Mode's values while the patch is armed
-SCHEDULER_METHODS = "the scheduler methods of methods_to_fix"  # one row for what the upstream changes decide
-_RUNNERS = "deepspeed.launcher.multinode_runner"  # launcher.MODULE
-
-
-@dataclass(frozen=True)
-class Wrapped:
-    """A function or method the patch wraps: on which DeepSpeed releases, in which modes, and why."""
-
-    target: str  # as a user names it: deepspeed.initialize, DeepSpeedEngine.load_checkpoint
-    span: Span
-    modes: tuple[str, ...]
-    why: str
-    hook: str = "deepspeed"  # the module whose import the patch waits for to wrap it
-
-    def wraps(self, deepspeed_version: str, mode: str) -> bool:
-        return mode in self.modes and self.span.contains(parse(deepspeed_version))
-
-
-WRAPPED: tuple[Wrapped, ...] = (
-    Wrapped(SCHEDULER_METHODS, Span(DEEPSPEED_FLOOR, None), ARMED,
-            "the fix (backport.py): each method that carries a backported change, on the releases that lack it"),
-    Wrapped("deepspeed.initialize", Span(DEEPSPEED_FLOOR, None), ARMED,
-            "settles a scheduler built before the patch was applied; accelerate and the HF Trainer build through it"),
-    Wrapped("DeepSpeedEngine.load_checkpoint", Span(DEEPSPEED_FLOOR, None), ARMED,
-            "a load that did not restore the optimizer's lr: each group gets the restored scheduler's lr (where the "
-            "release builds the class wrong, or in step mode)"),
-    Wrapped("DeepSpeedEngine.save_checkpoint", Span(DEEPSPEED_FLOOR, None), ARMED,
-            "writes the record accelerate_warmup_patch.json beside each checkpoint (docs/mark.md)"),
-    Wrapped("TorchCheckpointEngine.save", Span(DEEPSPEED_FLOOR, None), ARMED,
-            "notes the states files each rank saved itself (told to the record's writer), so that a record is not "
-            "bound to files another job saved into the same tag at the same moment (docs/mark.md)"),
-    Wrapped("DeepSpeedEngine._take_model_step", Span(DEEPSPEED_FLOOR, None), ("step",),
-            "steps a fresh scheduler once, just before its engine's first optimizer step (OPTIMIZER_STEPS)"),
-    Wrapped("MultiNodeRunner.__init__", Span(DEEPSPEED_FLOOR, None), (*ARMED, "off"),
-            "carries ACCELERATE_WARMUP_PATCH, off too, to every node of a multi-node launch (launcher.py)",
-            hook=_RUNNERS),
-)
-
-
-def wrapped(deepspeed_version: str, mode: str, hook: str = "deepspeed") -> tuple[Wrapped, ...]:
-    """The rows of WRAPPED that the import of ``hook`` wraps on this release in this mode."""
-    return tuple(row for row in WRAPPED if row.hook == hook and row.wraps(deepspeed_version, mode))
-
 # accelerate ------------------------------------------------------------------------------
 
 ACCELERATE_FLOOR = "0.10.0"  # before it, DeepSpeedEngineWrapper subclassed DeepSpeedEngine
@@ -445,17 +289,6 @@ def accelerate_support(version: str) -> Support:
 def start_fact(scheduler: str, deepspeed_version: str) -> Fact[Start] | None:
     """The table's row for this scheduler class on this release; None if the table has none."""
     return row(SCHEDULER_STARTS, deepspeed_version, scheduler)
-
-
-def runner_facts(deepspeed_version: str) -> list[Fact[Runner]]:
-    """The multi-node runner classes of this release (the newest release's for an untested one)."""
-    if parse(deepspeed_version)[:3] > parse(NEWEST_DEEPSPEED):
-        deepspeed_version = NEWEST_DEEPSPEED
-    return rows(MULTINODE_RUNNERS, deepspeed_version)
-
-
-def runner_fact(runner: str, deepspeed_version: str) -> Fact[Runner] | None:
-    return next((f for f in runner_facts(deepspeed_version) if f.subject == runner), None)
 
 
 def warmup_max_lr_default(deepspeed_version: str) -> MaxLrDefault:

@@ -22,7 +22,7 @@ PAST = 4
 MIN_LR = 0.0005  # WarmupLR's warmup_min_lr: no group's own lr, so that "left the optimizer's lr" shows
 PEAK = 0.003  # a warmup_max_lr given
 COS_MIN = 0.1  # cos_min_ratio: far from the old formula's swing
-# the classes the probe builds (those that carry a backported change; WarmupDecayLR runs WarmupLR's code), each
+# the classes the probe builds (those a backported change changed; WarmupDecayLR runs WarmupLR's code), each
 # with the params it is built with to see where it starts
 BUILT_AS: MappingProxyType[str, MappingProxyType[str, Any]] = MappingProxyType({
     "WarmupLR": MappingProxyType({"warmup_min_lr": MIN_LR, "warmup_max_lr": PEAK, "warmup_num_steps": WARMUP,

@@ -7,7 +7,7 @@ that is said once; above its newest release, that is said once too. Nothing runs
 unless it acts there: the scheduler methods the build lacks a formula of (``installed.methods_to_fix``, from what
 ``probe.py`` saw the build do), and step mode's net; accelerate's own code is not wrapped (it builds its engine
 through ``deepspeed.initialize``).
-What is wrapped on which release and in which mode is ``releases.WRAPPED``; here is how each row is wrapped.
+What is wrapped on which release and in which mode is ``wrapped_targets.WRAPPED``; here is how each row is wrapped.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from . import (
     record_writer,
     releases,
     schedules,
+    wrapped_targets,
     wrapping,
 )
 from .settings import Mode
@@ -44,9 +45,9 @@ def patch_deepspeed(module: ModuleType) -> None:
         return
     engine_class = sys.modules["deepspeed.runtime.engine"].DeepSpeedEngine  # deepspeed/__init__.py imported it
     _probe(version)  # before anything is wrapped: the build's own scheduler classes
-    # releases.WRAPPED's rows for this release and mode. Step mode's net, the one per-step net, is a row of step mode
-    # alone, so it is wrapped only where it acts (a later apply("step") runs this again and adds it).
-    for row in releases.wrapped(version, STATE.mode or Mode.OFF):
+    # wrapped_targets.WRAPPED's rows for this release and mode. Step mode's net, the one per-step net, is a row of
+    # step mode alone, so it is wrapped only where it acts (a later apply("step") runs this again and adds it).
+    for row in wrapped_targets.wrapped(version, STATE.mode or Mode.OFF):
         _WRAPS[row.target](module, engine_class, version)
 
 
@@ -119,9 +120,9 @@ def _supported(key: str, *, framework: str, version: str, level: releases.Suppor
     return True
 
 
-# releases.WRAPPED's rows that deepspeed's import wraps -> how (a row without one raises KeyError: a test checks)
+# wrapped_targets.WRAPPED's rows that deepspeed's import wraps -> how (a row without one raises KeyError: a test checks)
 _WRAPS: Mapping[str, Callable[[ModuleType, type, str], None]] = MappingProxyType({
-    releases.SCHEDULER_METHODS: _wrap_scheduler_methods,
+    wrapped_targets.SCHEDULER_METHODS: _wrap_scheduler_methods,
     "deepspeed.initialize": _wrap_initialize,
     "DeepSpeedEngine.load_checkpoint": _wrap_load_checkpoint,
     "DeepSpeedEngine.save_checkpoint": _wrap_save_checkpoint,

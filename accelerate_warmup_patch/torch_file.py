@@ -196,7 +196,7 @@ def zip_directory_of(file: IO[bytes]) -> ZipDirectory:
     found = ZipDirectory(size=file.seek(0, io.SEEK_END))
     try:
         directory, _ = _directory(file)
-        found.members = [_member_fact(entry, name, extra_field) for entry, name, extra_field in _entries(directory)]
+        found.members = [_name_crc_size(entry, name, extra_field) for entry, name, extra_field in _entries(directory)]
     except zipfile.BadZipFile as error:
         found.members, found.why = [], str(error)
         return found
@@ -260,9 +260,9 @@ def _directory(file: IO[bytes]) -> tuple[bytes, int]:
         _, disk64, _, disks = _END64_LOCATOR.unpack(locator)
         if disk64 != 0 or disks > 1:
             raise _bad("zipfiles that span multiple disks are not supported")
-        record = _read_at(file, at - _END64_LOCATOR.size - _END64.size, _END64.size)
-        if len(record) == _END64.size and record[:4] == b"PK\x06\x06":
-            fields = _END64.unpack(record)
+        end64 = _read_at(file, at - _END64_LOCATOR.size - _END64.size, _END64.size)
+        if len(end64) == _END64.size and end64[:4] == b"PK\x06\x06":
+            fields = _END64.unpack(end64)
             directory_size, directory_offset = fields[8], fields[9]
             location = at - _END64_LOCATOR.size - _END64.size
     extra = location - directory_size - directory_offset
@@ -288,7 +288,7 @@ def data_pkl(file: IO[bytes], cap: int, members: ZipDirectory | None = None) -> 
         if name.endswith(_MEMBER) and name.count(b"/") == 1:
             found.append((*entry, name, extra_field))
         if members is not None:
-            members.members.append(_member_fact(entry, name, extra_field))
+            members.members.append(_name_crc_size(entry, name, extra_field))
     if not found:
         raise Unreadable("a zip archive without torch's <name>/data.pkl")
     if len(found) > 1:  # torch writes one: which of them a loader reads is not ours to guess
@@ -313,7 +313,7 @@ def _entries(directory: bytes) -> Iterator[tuple[tuple[Any, ...], bytes, bytes]]
         at = name_at + name_size + extra_size + comment_size
 
 
-def _member_fact(entry: tuple[Any, ...], name: bytes, extra_field: bytes) -> tuple[str, int, int]:
+def _name_crc_size(entry: tuple[Any, ...], name: bytes, extra_field: bytes) -> tuple[str, int, int]:
     """(name, CRC-32, size) as zipfile's ZipInfo holds them: the name UTF-8 where flag bit 11 says so, else cp437;
     the size from the zip64 extra field where the entry defers to it."""
     text = name.decode("utf-8" if entry[5] & 0x800 else "cp437", "surrogateescape")

@@ -1,7 +1,7 @@
 """The list of what the patch wrapped: wrap, unwrap, and what is in place.
 
 Each wrapper is listed with its original in ``STATE.wrapped`` (state.py, which also holds the switch ``mode``
-that every wrapper reads, and the lock that guards the list). A target may carry other tools' wrappers above
+that every wrapper reads, and the lock that guards the list). A target may hold other tools' wrappers above
 and below ours: ours is found down the ``__wrapped__`` chain, one layer at most, and taken out of it alone. wrapt
 is imported at the first ``wrap``, once deepspeed is imported (it costs ~50 ms): api.py arms and disarms without it.
 """

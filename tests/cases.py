@@ -95,7 +95,7 @@ def _restored_lr_run(scheduler_type: str, params: dict[str, Any]) -> list[list[f
     optimizer.load_state_dict(state)
     config = {"train_micro_batch_size_per_gpu": 2, "steps_per_print": 10_000}
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config)
-    recorder = demo.Recorder(demo.torch_optimizer(engine))
+    recorder = demo.StepLrs(demo.torch_optimizer(engine))
     for _ in range(3):
         engine.backward(engine(torch.randn(2, 4)).pow(2).mean())
         engine.step()
@@ -278,7 +278,7 @@ def late_import_raw_engine() -> Any:
         import accelerate_warmup_patch
 
         accelerate_warmup_patch.apply()
-    recorder = demo.Recorder(demo.torch_optimizer(engine))
+    recorder = demo.StepLrs(demo.torch_optimizer(engine))
     for _ in range(3):
         engine.backward(engine(torch.randn(2, 4)).pow(2).mean())
         engine.step()

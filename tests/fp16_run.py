@@ -61,7 +61,7 @@ def train(spec: Any, config: dict[str, Any], model: Any, params: Any) -> list[li
         engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=config)
         for _ in range(spec.user_steps):  # the old workaround (harness.Spec.user_steps)
             engine.lr_scheduler.step()
-        recorder = demo.Recorder(demo.torch_optimizer(engine))
+        recorder = demo.StepLrs(demo.torch_optimizer(engine))
         scales = [float(engine.optimizer.loss_scale)]
         for step in range(spec.steps):
             for _ in range(spec.grad_accum):

@@ -305,7 +305,7 @@ def _train_pipeline(spec: Spec, config: dict[str, Any], model: Any, params: Any)
     module = PipelineModule(layers=list(model), num_stages=1, loss_fn=lambda out, _: out.pow(2).mean())
     engine, _, _, _ = deepspeed.initialize(model=module, model_parameters=params, config=config)
     _user_steps(spec, engine.lr_scheduler)
-    recorder = demo.Recorder(demo.torch_optimizer(engine))
+    recorder = demo.StepLrs(demo.torch_optimizer(engine))
     batches = iter([(torch.randn(2, 4), torch.zeros(2, 4)) for _ in range(spec.steps * spec.grad_accum)])
     for _ in range(spec.steps):
         engine.train_batch(data_iter=batches)
@@ -325,7 +325,7 @@ def _train_own_step(spec: Spec, config: dict[str, Any], model: Any, params: Any,
     demo.set_up_single_process()
     deepspeed.init_distributed(dist_backend="gloo")
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=config)
-    recorder = demo.Recorder(demo.torch_optimizer(engine))
+    recorder = demo.StepLrs(demo.torch_optimizer(engine))
     for _ in range(spec.steps):
         engine.backward(engine(torch.randn(2, 4)).pow(2).mean())
         engine.optimizer.step()
@@ -358,7 +358,7 @@ def run_accelerate(spec: Spec) -> list[list[float | None]]:
     if spec.patch == "after":
         _import_patch(spec)
     _user_steps(spec, model.lr_scheduler)  # the engine's scheduler (accelerate's wrapper's step() does nothing)
-    recorder = demo.Recorder(demo.torch_optimizer(model))
+    recorder = demo.StepLrs(demo.torch_optimizer(model))
     for _ in range(spec.steps * spec.grad_accum):
         with accelerator.accumulate(model):
             loss = model(torch.randn(2, 4)).pow(2).mean()
@@ -405,7 +405,7 @@ def run_trainer(spec: Spec) -> list[list[float | None]]:
         recorder: Any = None
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.recorder = demo.Recorder(demo.innermost_optimizer(kwargs["optimizer"]))
+            self.recorder = demo.StepLrs(demo.innermost_optimizer(kwargs["optimizer"]))
             _user_steps(spec, kwargs["lr_scheduler"].scheduler)  # accelerate's wrapper of the engine's scheduler
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -34,18 +34,18 @@ def main() -> int:
     hostfile = sys.argv[1]
     from deepspeed.launcher import multinode_runner, runner as launcher_module
 
-    from accelerate_warmup_patch import releases
+    from accelerate_warmup_patch import multinode_runners
 
     if "--direct" in sys.argv:
         from accelerate_warmup_patch import launcher
 
         launcher.patch_runners(multinode_runner)
-    facts = releases.runner_facts(metadata.version("deepspeed"))
+    facts = multinode_runners.runner_facts(metadata.version("deepspeed"))
     if "--fault" in sys.argv:
         def broken(*args: object) -> None:
             raise RuntimeError("injected")
 
-        releases.runner_fact = broken  # type: ignore[assignment]
+        multinode_runners.runner_fact = broken  # type: ignore[assignment]
         out: dict[str, Any] = {"open": build(multinode_runner, launcher_module, hostfile, "pdsh", "PDSHRunner")}
         os.environ["ACCELERATE_WARMUP_PATCH_STRICT"] = "1"
         try:

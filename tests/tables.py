@@ -28,7 +28,7 @@ from tiers import (  # noqa: E402  (every release on the registry from the floor
     TEST_TRANSFORMERS_OLD_ACCELERATE,
 )
 
-from accelerate_warmup_patch import releases, upstream  # noqa: E402
+from accelerate_warmup_patch import multinode_runners, releases, upstream, vendor_builds, wrapped_targets  # noqa: E402
 from accelerate_warmup_patch.releases import parse  # noqa: E402
 
 README = ROOT / "README.md"
@@ -78,7 +78,7 @@ def _changes_table() -> list[str]:
     return _table(header, rows)
 
 
-def _vendor_builds(builds: Iterable[releases.VendorBuild]) -> str:
+def _vendor_builds(builds: Iterable[vendor_builds.VendorBuild]) -> str:
     """Vendor builds, each maker's once and its releases as a range: "Intel Gaudi's DeepSpeed (software 1.11 to
     1.19)", "EleutherAI's DeeperSpeed (v3.0)"."""
     by_maker: dict[str, list[str]] = {}
@@ -129,11 +129,12 @@ def summary(results: dict[str, Row]) -> list[str]:
 
 
 def wrapped_table() -> str:
-    """docs/how-it-works.md's "What is wrapped" block: releases.WRAPPED, the scheduler methods' row one per method."""
+    """docs/how-it-works.md's "What is wrapped" block: wrapped_targets.WRAPPED, the scheduler methods' row one per
+    method."""
     rows: list[list[object]] = []
-    for row in releases.WRAPPED:
+    for row in wrapped_targets.WRAPPED:
         modes = ", ".join(row.modes)
-        if row.target == releases.SCHEDULER_METHODS:
+        if row.target == wrapped_targets.SCHEDULER_METHODS:
             fix = row.why.split(":")[0]
             rows += ([f"`{target}`", span, modes, f"{fix}: {why}"] for target, span, why in _scheduler_methods())
         else:
@@ -212,15 +213,15 @@ def matrix_page(results: dict[str, Row]) -> str:
     lines += ["", "DeepSpeed's multi-node runners, and how each puts an exported variable on every node:", ""]
     lines += _table(["runner", "`--launcher`", "DeepSpeed releases", "per export", "source"],
                     ([f.subject, f.value.launcher, f.span, f.value.syntax or "nothing", f.source]
-                     for f in releases.MULTINODE_RUNNERS))
+                     for f in multinode_runners.MULTINODE_RUNNERS))
     lines += ["", "Builds that are not releases: a version with a local part (`+...`) or a dev or pre suffix is not "
               "the release it names (built from git before or after a fix, a cherry-pick, a fork). A patched "
               "process decides by what its scheduler classes do ([how the probe decides]"
               "(how-it-works.md#how-the-probe-decides)); `audit` judges an unpatched run of such a build `unknown`, "
-              "except on the vendor builds whose code is known (`releases.VENDOR_BUILDS`):", ""]
+              "except on the vendor builds whose code is known (`vendor_builds.VENDOR_BUILDS`):", ""]
     lines += _table(["vendor build", "its `deepspeed.__version__`", "runs upstream", "differences", "source"],
-                    ([v.name, "`" + v.pattern.replace("|", "\\|") + "`", v.carries, v.differences, v.source]
-                     for v in releases.VENDOR_BUILDS))  # a pipe escaped: it would end the table's cell
+                    ([v.name, "`" + v.pattern.replace("|", "\\|") + "`", v.based_on, v.differences, v.source]
+                     for v in vendor_builds.VENDOR_BUILDS))  # a pipe escaped: it would end the table's cell
     lines += ["", "## Era stacks", ""]
     lines += _table(["DeepSpeed", "month", "Python", "torch", "wrapt", "accelerate", "transformers", "ran",
                      "unpatched", "patched", "start-up activation", "two ranks", "package", "date"],

@@ -101,7 +101,7 @@ def test_demo_builds_no_comm_op_and_says_what_each_run_is_doing(demo_run):
     extensions = folder / "torch_extensions"
     assert not (extensions / "deepspeed_shm_comm").exists(), sorted(p.name for p in extensions.iterdir())
     table = [line.split() for line in proc.stdout.splitlines() if line.strip()[:1].isdigit()]
-    assert [float(row[2]) for row in table] == pytest.approx(demo.newest_release_lrs(demo.DEMO_STEPS))
+    assert [float(row[2]) for row in table] == pytest.approx(demo.reference_lrs(demo.DEMO_STEPS))
     work = "(a new interpreter imports torch and DeepSpeed, then trains 6 steps) ..."
     for run in ("unpatched", "patched"):
         assert f"running the {run} demo {work}\n" in proc.stderr, proc.stderr
@@ -112,7 +112,7 @@ def test_demo_builds_no_comm_op_and_says_what_each_run_is_doing(demo_run):
 
 def test_the_plots_reference_is_the_newest_release_measured():
     measured = [row[0] for row in GOLDEN["runs"]["deepspeed:WarmupLR-linear:g0.001:ga1:z0"]]
-    assert demo.newest_release_lrs(len(measured)) == measured
+    assert demo.reference_lrs(len(measured)) == measured
 
 
 def test_doctor_json_names_versions_verdicts_and_activation():

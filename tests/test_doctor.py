@@ -15,7 +15,7 @@ from conftest import GOLDEN, installed
 from harness import SCHEDULERS, Spec, expected_unpatched_first_step
 
 from accelerate_warmup_patch import releases, settings, upstream
-from accelerate_warmup_patch.cli import child, doctor
+from accelerate_warmup_patch.cli import child, doctor_states
 
 ROOT = Path(__file__).resolve().parent.parent
 DEEPSPEED = installed("deepspeed")
@@ -88,7 +88,7 @@ def test_each_state_opens_with_its_verdict_line_and_strict_exit_code(tmp_path, s
     assert proc.returncode == code, proc.stdout + proc.stderr
     data = json.loads(_cli("doctor", "--json", env={**env, **_as_if(tmp_path, version)}).stdout)
     assert data["state"] == state.split(" ")[0] and data["verdict"] == line
-    assert data["strict_fails"] is bool(code) is doctor.STATES[data["state"]]
+    assert data["strict_fails"] is bool(code) is doctor_states.STATES[data["state"]]
 
 
 def test_no_deepspeed_says_nothing_to_patch_and_strict_passes(tmp_path):
@@ -108,7 +108,7 @@ def test_a_config_without_a_deepspeed_scheduler_is_not_affected(tmp_path):
 
 def test_every_state_is_documented():
     documented = (ROOT / "docs" / "doctor.md").read_text()
-    for state, fails in doctor.STATES.items():
+    for state, fails in doctor_states.STATES.items():
         assert f"| `{state}` | {'yes' if fails else 'no'} |" in documented, state
 
 

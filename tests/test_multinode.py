@@ -23,7 +23,7 @@ import sshd
 from conftest import HERE, bare_audit, installed, session_ccache
 from ports import port
 
-from accelerate_warmup_patch import releases
+from accelerate_warmup_patch import multinode_runners
 
 BIN = Path(sys.executable).parent
 SSHD_PORT = port(ports.MULTINODE_SSHD)
@@ -73,7 +73,7 @@ def armed_cmds(hostfile: Path) -> tuple[dict[str, list[str]], str]:
     return _cmds(hostfile, {"ACCELERATE_WARMUP_PATCH": "reset", "ACCELERATE_WARMUP_PATCH_STRICT": "1"})
 
 
-FACTS = {fact.subject: fact for fact in releases.runner_facts(DEEPSPEED)}
+FACTS = {fact.subject: fact for fact in multinode_runners.runner_facts(DEEPSPEED)}
 
 
 @pytest.mark.parametrize("runner", sorted(FACTS))

@@ -13,7 +13,7 @@ rank writes what it received and the lr of its first optimizer steps (tests/laun
   ``OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`` are set (DeepSpeed's runner passes no ``--allow-run-as-root``).
 - What the ranks need besides the switch travels the way each launcher documents: ``mpirun -x NAME``,
   MPICH's ``-genvlist``, ``srun --export=ALL``; never ``.deepspeed_env``, whose values DeepSpeed
-  0.15.2-0.16.4 sends to MPI and Slurm ranks in double quotes (releases.ADD_EXPORT_QUOTING).
+  0.15.2-0.16.4 sends to MPI and Slurm ranks in double quotes (multinode_runners.ADD_EXPORT_QUOTING).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""docs/how-it-works.md's "What is wrapped" table is what the patch wraps: releases.WRAPPED, on the installed
+"""docs/how-it-works.md's "What is wrapped" table is what the patch wraps: wrapped_targets.WRAPPED, on the installed
 release."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from conftest import run_child
 
-from accelerate_warmup_patch import releases, targets, upstream
+from accelerate_warmup_patch import targets, upstream, wrapped_targets
 
 # where each row's owner lives, as status()["patched"] names it
 MODULES = {"deepspeed": "", "DeepSpeedEngine": "deepspeed.runtime.engine.",
@@ -19,10 +19,11 @@ MODULES = {"deepspeed": "", "DeepSpeedEngine": "deepspeed.runtime.engine.",
 
 def labels(version: str, mode: str) -> list[str]:
     """What the table says the patch wraps on this release in this mode, as status()["patched"] lists it."""
-    rows = [*releases.wrapped(version, mode), *releases.wrapped(version, mode, hook=releases._RUNNERS)]
+    runners = wrapped_targets._RUNNERS
+    rows = [*wrapped_targets.wrapped(version, mode), *wrapped_targets.wrapped(version, mode, hook=runners)]
     found = []
     for row in rows:
-        if row.target == releases.SCHEDULER_METHODS:
+        if row.target == wrapped_targets.SCHEDULER_METHODS:
             found += [f"deepspeed.runtime.lr_schedules.{c}.{m}" for c, m in upstream.methods_to_fix(version)]
         else:
             found.append(MODULES[row.target.split(".")[0]] + row.target)
@@ -30,15 +31,15 @@ def labels(version: str, mode: str) -> list[str]:
 
 
 def test_every_row_deepspeed_wraps_has_its_way_of_wrapping_in_targets():
-    rows = {row.target for row in releases.WRAPPED if row.hook == "deepspeed"}
+    rows = {row.target for row in wrapped_targets.WRAPPED if row.hook == "deepspeed"}
     assert rows == set(targets._WRAPS)
 
 
 def test_step_mode_alone_wraps_the_optimizer_step_and_nothing_is_wrapped_below_the_floor():
-    assert [row.target for row in releases.wrapped("0.15.2", "step")][-1] == "DeepSpeedEngine._take_model_step"
-    assert "DeepSpeedEngine._take_model_step" not in {row.target for row in releases.wrapped("0.15.2", "reset")}
-    assert releases.wrapped("0.8.3", "reset") == ()
-    assert releases.wrapped("0.19.8", "off") == ()
+    assert [row.target for row in wrapped_targets.wrapped("0.15.2", "step")][-1] == "DeepSpeedEngine._take_model_step"
+    assert "DeepSpeedEngine._take_model_step" not in {row.target for row in wrapped_targets.wrapped("0.15.2", "reset")}
+    assert wrapped_targets.wrapped("0.8.3", "reset") == ()
+    assert wrapped_targets.wrapped("0.19.8", "off") == ()
 
 
 @functools.lru_cache(maxsize=1)

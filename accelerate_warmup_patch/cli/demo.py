@@ -26,7 +26,7 @@ DEMO_STEPS = 6
 SCHEDULER_WARNING = "Attempting to get learning rate from scheduler before it has started"
 
 
-class Recorder:
+class StepLrs:
     """The lr of every group at the moment each real optimizer step runs.
 
     ZeRO 1/2 steps the torch optimizer once per group, with ``param_groups`` narrowed to that
@@ -37,9 +37,9 @@ class Recorder:
         self.groups = list(optimizer.param_groups)
         self.rows: list[list[float | None]] = []
         self._pending: dict[int, float] = {}
-        optimizer.register_step_pre_hook(self._record)
+        optimizer.register_step_pre_hook(self._note)
 
-    def _record(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+    def _note(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         for group in optimizer.param_groups:
             self._pending[id(group)] = float(group["lr"])
 
@@ -104,16 +104,16 @@ def train_deepspeed(config: dict[str, Any], model: Any, params: Any, steps: int,
     engine, _, _, _ = build(model=model, model_parameters=params, config=config, **kwargs)
     if before is not None:
         before(engine)
-    recorder = Recorder(torch_optimizer(engine))
+    seen = StepLrs(torch_optimizer(engine))
     dtype = next(engine.module.parameters()).dtype  # bf16 engines hold bf16 weights
     for _ in range(steps * int(config.get("gradient_accumulation_steps", 1))):
         loss = engine(torch.randn(2, 4, dtype=dtype)).float().pow(2).mean()
         engine.backward(loss)
         engine.step()
-        recorder.flush()
+        seen.flush()
     if after is not None:
         after(engine)
-    return recorder.rows
+    return seen.rows
 
 
 def demo_config() -> dict[str, Any]:
@@ -190,8 +190,8 @@ def _run(mode: str, verbose: bool, doing: str) -> dict[str, Any]:
     return got.result
 
 
-def newest_release_lrs(steps: int) -> list[float]:
-    """The newest DeepSpeed's trajectory for the demo schedule: step 0 at warmup_min_lr, step k at lr(k-1).
+def reference_lrs(steps: int) -> list[float]:
+    """The reference release's trajectory for the demo schedule: step 0 at warmup_min_lr, step k at lr(k-1).
 
     tests/golden.json holds the same numbers measured on that release.
     """
@@ -200,7 +200,7 @@ def newest_release_lrs(steps: int) -> list[float]:
 
 
 def plot(path: str, off: dict[str, Any], on: dict[str, Any]) -> None:
-    """Draw the first steps' lrs unpatched and patched, against the newest release's schedule."""
+    """Draw the first steps' lrs unpatched and patched, against the reference release's schedule."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -208,7 +208,7 @@ def plot(path: str, off: dict[str, Any], on: dict[str, Any]) -> None:
 
     steps = range(len(off["lrs"]))
     figure, axes = plt.subplots(figsize=(7, 4))
-    axes.plot(steps, newest_release_lrs(len(off["lrs"])), "k--", lw=4, alpha=0.25,
+    axes.plot(steps, reference_lrs(len(off["lrs"])), "k--", lw=4, alpha=0.25,
               label="newest DeepSpeed (reference)")
     axes.plot(steps, off["lrs"], "o-", color="tab:red", label=f"DeepSpeed {off['deepspeed']}, unpatched")
     axes.plot(steps, on["lrs"], "s-", color="tab:green", label=f"DeepSpeed {on['deepspeed']}, patched")

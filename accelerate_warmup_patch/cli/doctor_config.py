@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..upstream import pr8126
 from . import child
 from .config_facts import AUTO
 
@@ -32,8 +33,8 @@ FILLED_BY: dict[str, str] = {
     "warmup_max_lr": "the HF Trainer and accelerate both fill the optimizer's lr",
     "warmup_num_steps": "the HF Trainer fills warmup_steps (or warmup_ratio x the run's steps), accelerate the "
                         "DummyScheduler's warmup_num_steps (default 0); with no warmup asked, accelerate before 1.15 "
-                        "and transformers before 5.18 fill 0, which DeepSpeed 0.19.3 and newer refuse (ValueError; "
-                        "the newer ones fill at least 1): give it with --set warmup_num_steps=N",
+                        f"and transformers before 5.18 fill 0, which DeepSpeed {pr8126.RELEASE} and newer refuse "
+                        "(ValueError; the newer ones fill at least 1): give it with --set warmup_num_steps=N",
     "total_num_steps": "the HF Trainer fills the run's optimizer steps (max_steps), accelerate the "
                        "DummyScheduler's total_num_steps over the processes: give it with --set total_num_steps=N",
 }

@@ -25,7 +25,7 @@ LIMIT_S = 60
 
 # Asked of the interpreter on PATH before anything of the package runs there: written so that any Python parses it
 # (a Python 2.7 on PATH gets its answer too).
-_FACTS = ("import json, os, sys; sys.stdout.write(json.dumps({'executable': os.path.realpath(sys.executable), "
+_SELF = ("import json, os, sys; sys.stdout.write(json.dumps({'executable': os.path.realpath(sys.executable), "
           "'prefix': os.path.realpath(sys.prefix), 'version': list(sys.version_info[:3])}) + '\\n')")
 
 # The jobs' interpreter runs the command: its own installation of the package where it has one (a module's PREFIX/lib
@@ -66,12 +66,12 @@ def on_path() -> tuple[str, str] | None:
     return None
 
 
-def facts(path: str) -> dict[str, Any]:
+def describe_python(path: str) -> dict[str, Any]:
     """What ``path`` says of itself (its real executable, prefix and version), asked in an empty folder with this
     environment; Unusable with the reason where it does not answer."""
     with tempfile.TemporaryDirectory(prefix="accelerate-warmup-patch-") as folder:
         try:
-            proc = subprocess.run([path, "-c", _FACTS], cwd=folder, stdin=subprocess.DEVNULL, capture_output=True,
+            proc = subprocess.run([path, "-c", _SELF], cwd=folder, stdin=subprocess.DEVNULL, capture_output=True,
                                   text=True, timeout=LIMIT_S)
         except (OSError, subprocess.SubprocessError) as error:
             raise Unusable(f"it cannot be run: {error}") from None
@@ -97,7 +97,7 @@ def _same(theirs: dict[str, Any]) -> bool:
 
 def is_this(path: str) -> bool:
     """Whether ``path`` starts this very interpreter, asked of it where its path alone does not tell."""
-    return os.path.abspath(path) == os.path.abspath(sys.executable) or _same(facts(path))
+    return os.path.abspath(path) == os.path.abspath(sys.executable) or _same(describe_python(path))
 
 
 def hand_over(arguments: list[str]) -> None:
@@ -107,7 +107,7 @@ def hand_over(arguments: list[str]) -> None:
     if found is None or os.path.abspath(found[1]) == os.path.abspath(sys.executable):
         return
     name, path = found
-    theirs = facts(path)
+    theirs = describe_python(path)
     if _same(theirs):
         return
     if theirs["version"] < LOWEST:

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from .. import releases
+from .. import vendor_builds
 from . import child
 
 
@@ -29,8 +29,8 @@ def _run() -> dict[str, Any]:
     answer = installed.probed()
     if answer is None:
         return {"error": f"the probe did not run on DeepSpeed {deepspeed.__version__} (its warning says why)"}
-    vendor = releases.vendor_build(answer.version)
-    return {"deepspeed": answer.version, "lacks": sorted(f"{name} {key}" for name, key in answer.lacks),
+    vendor = vendor_builds.vendor_build(answer.version)
+    return {"deepspeed": answer.version, "lacks": installed.named_lacks(answer),
             "differs_from_table": installed.disagreements(answer), "step_lr": answer.step_lr,
             "verdicts": installed.verdicts(answer.version), "vendor": vendor.name if vendor else None}
 

@@ -1,7 +1,7 @@
 """``status``: what a process started with this environment would do, never what this command's import did.
 
 ``would()`` asks child interpreters of this environment (``python``, ``-I``, ``-E``, ``-s``, ``-S`` and the
-job's own flags) whether the switch armed them, as doctor's activation section does, and imports neither
+job's own flags) whether the switch armed them (``arming.py``, as doctor's activation section does), and imports neither
 torch nor deepspeed. ``live()`` starts such a process, lets it import deepspeed and
 accelerate, and returns its own ``status()`` (or says that nothing armed it).
 """
@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from .. import releases, settings, upstream
-from . import child, doctor, job_python
+from . import arming, child, job_python
 
 # the child: the package is in it only if the .pth or sitecustomize imported it (never this code)
 _LIVE = f"""
@@ -33,7 +33,7 @@ print({child.RESULT!r} + json.dumps({{"imported": imported, "status": package.st
 def would(flags: list[str] | None = None) -> dict[str, Any]:
     """The mode and the arming of a new process of this environment (``python FLAGS``, asked of such an
     interpreter, as are the other interpreters); the table's verdicts from metadata."""
-    active = doctor.activation(flags)
+    active = arming.activation(flags)
     deepspeed = releases.installed("deepspeed")
     armed = bool(active["active_at_start_up"])
     return {
@@ -45,11 +45,11 @@ def would(flags: list[str] | None = None) -> dict[str, Any]:
         "why_not": active["why_not"],
         "through": active["through"],
         "env": active["env"],
-        "problem": doctor.env_problem(),
+        "problem": arming.env_problem(),
         "by_import": active["by_import"],
         "interpreters": active["interpreters"],
         "probed_with": active["probed_with"],
-        "reach": doctor.reach_line(active),
+        "reach": arming.reach_line(active),
         "versions": {"deepspeed": deepspeed, "accelerate": releases.installed("accelerate")},
         "verdicts": upstream.verdicts(deepspeed) if deepspeed else {},
     }
@@ -119,7 +119,7 @@ def print_text(data: dict[str, Any]) -> None:
     probed = (status or {}).get("probed")
     deepspeed = versions.get("deepspeed")
     if deepspeed and not probed and releases.not_the_release(deepspeed) is not None:
-        number = ".".join(map(str, releases.parse(deepspeed)))
+        number = releases.release_number(deepspeed)
         print(f"  DeepSpeed {deepspeed} is {releases.not_the_release(deepspeed)}: these verdicts are the table's for "
               f"{number}; `status --live` or `doctor` asks what its scheduler classes do")
     if probed and probed["differs_from_table"]:

@@ -5,7 +5,7 @@ The probe (probe.py), the fix (backport.py), the audit (cli/audit/judge.py), doc
 (tests/tables.py) iterate these units; none of them names a change's key. A unit is one module, ``prNNNN.py``:
 
     UNIT = Unit(pr="#NNNN", release=<its first release>, source=<the file @ the tags on either side>, changes=(
-        Change(<key>, <the class whose code carries it>, <the method>, <what changed>,
+        Change(<key>, <the class whose code it changed>, <the method>, <what changed>,
                probe=Check(...) or NotProbed(why),
                backport=AtConstruction(...) or Answer(...) or NotBackported(why),
                judgement=Applied(...) or AtStep0() or NotJudged(why),
@@ -69,12 +69,12 @@ def lacks(key: str, scheduler: str, deepspeed_version: str) -> bool:
     return any(c.key == key for c in missing_backports(scheduler, deepspeed_version))
 
 
-def carrier(key: str, scheduler: str) -> str | None:
-    """The class whose code carries change ``key`` upstream for ``scheduler`` (WarmupDecayLR runs WarmupLR's, but
+def changed_class(key: str, scheduler: str) -> str | None:
+    """The class whose code upstream changed (change ``key``) for ``scheduler`` (WarmupDecayLR runs WarmupLR's, but
     not its default peak); None where no change of that key is this class's."""
     owner = releases.INHERITS.get(scheduler, scheduler)
-    carried = [c for c in CHANGES if c.key == key and c.scheduler == owner]
-    return owner if carried and not any(scheduler in c.not_for for c in carried) else None
+    changed = [c for c in CHANGES if c.key == key and c.scheduler == owner]
+    return owner if changed and not any(scheduler in c.not_for for c in changed) else None
 
 
 def methods_to_fix(deepspeed_version: str) -> tuple[tuple[str, str], ...]:
@@ -158,9 +158,9 @@ def verdict_of(scheduler: str, deepspeed_version: str, start: releases.Start | N
         return "not affected"
     if not missing:
         return "fixed upstream"
-    newest_per_key = {c.key: c for c in missing}  # in release order: the last row wins
+    last_per_key = {c.key: c for c in missing}  # in release order: the last row wins
     return "fixed upstream; the patch backports " + ", ".join(
-        f"{c.key.replace('_', ' ')} ({c.pr})" for c in newest_per_key.values())
+        f"{c.key.replace('_', ' ')} ({c.pr})" for c in last_per_key.values())
 
 
 def backports_for(scheduler: str, deepspeed_version: str, params: Mapping[str, Any]) -> tuple[Change, ...]:

@@ -14,12 +14,12 @@ from .. import releases
 from .unit import Change, Elsewhere, NotBackported, NotJudged, NotProbed, Unit
 
 PR, RELEASE = "#8126", "0.19.3"
-CARRIERS = ("WarmupLR", "WarmupCosineLR")  # WarmupDecayLR runs WarmupLR's constructor
+CHANGED_CLASSES = ("WarmupLR", "WarmupCosineLR")  # WarmupDecayLR runs WarmupLR's constructor
 
 
 def refused(scheduler: str, params: Mapping[str, Any]) -> str | None:
     """Where the reference's constructor would raise on these params: the release, the PR and the fix."""
-    if "warmup_num_steps" not in params or releases.INHERITS.get(scheduler, scheduler) not in CARRIERS:
+    if "warmup_num_steps" not in params or releases.INHERITS.get(scheduler, scheduler) not in CHANGED_CLASSES:
         return None
     value = params["warmup_num_steps"]
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
@@ -32,7 +32,7 @@ def refused(scheduler: str, params: Mapping[str, Any]) -> str | None:
 
 
 UNIT = Unit(pr=PR, release=RELEASE, source="deepspeed/runtime/lr_schedules.py @ v0.19.2 and v0.19.3", changes=(
-    Change("validation", ", ".join(CARRIERS), "__init__",
+    Change("validation", ", ".join(CHANGED_CLASSES), "__init__",
            "warmup_num_steps that is not a positive int raises ValueError",
            probe=NotProbed("a validation: the probe's scratch schedulers are valid on every release"),
            backport=NotBackported("a new validation: it would stop jobs that run today"),

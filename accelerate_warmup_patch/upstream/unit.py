@@ -29,8 +29,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, Union
 
-from ..releases import VENDOR_BUILDS, MaxLrDefault, Start, VendorBuild, parse
+from ..releases import MaxLrDefault, Start, parse
 from ..scratch import Scratch
+from ..vendor_builds import VENDOR_BUILDS, VendorBuild
 
 
 @dataclass(frozen=True)
@@ -216,7 +217,7 @@ class Change:
     """One thing a pull request changed: one method of one class, and the patch's part for each tool."""
 
     key: str  # its name where the CLI says it: "default_peak" -> "default peak (#8171)"
-    scheduler: str  # the class whose code carries it upstream ("every class", "WarmupLR, WarmupCosineLR")
+    scheduler: str  # the class whose code it changed upstream ("every class", "WarmupLR, WarmupCosineLR")
     method: str
     what: str
     probe: Probe
@@ -224,7 +225,7 @@ class Change:
     judgement: Judgement
     cases: Cases
     meets: Callable[[Mapping[str, Any]], bool] = every_config
-    not_for: tuple[str, ...] = ()  # classes that run the carrier's code and never meet it (WarmupDecayLR's peak)
+    not_for: tuple[str, ...] = ()  # classes that run the changed class's code and never meet it (WarmupDecayLR's peak)
     leaves: str | None = None  # releases.StepLr: what a step leaves in a tensor lr group from this change on
     # doctor --config's advice where the reference's constructor refuses a config this class runs (None: never)
     advice: Callable[[str, Mapping[str, Any]], str | None] | None = None
@@ -263,5 +264,5 @@ class Unit:
         return parse(deepspeed_version) < parse(self.release)
 
     def lacking_builds(self) -> tuple[VendorBuild, ...]:
-        """The vendor builds the table knows whose code lacks it: those that carry an older upstream release."""
-        return tuple(build for build in VENDOR_BUILDS if self.lacked_by(build.carries))
+        """The vendor builds the table knows whose code lacks it: those based on an older upstream release."""
+        return tuple(build for build in VENDOR_BUILDS if self.lacked_by(build.based_on))

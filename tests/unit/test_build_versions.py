@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import audit_files as files
 import pytest
 
-from accelerate_warmup_patch import installed, loads, releases, upstream
+from accelerate_warmup_patch import installed, loads, releases, upstream, vendor_builds
 from accelerate_warmup_patch.releases import MaxLrDefault, Start, StepLr
 from accelerate_warmup_patch.state import STATE
 
@@ -23,26 +23,26 @@ def test_a_version_with_a_local_part_or_a_suffix_is_not_a_release(version: str, 
 
 
 def test_gaudis_builds_are_named_with_the_release_they_carry() -> None:
-    found = releases.vendor_build("0.14.4+hpu.synapse.v1.19.0")
-    assert found is not None and found.carries == "0.14.4" and "tensor" in found.differences
-    assert releases.vendor_build("0.14.4+hpu.synapse.v1.17.0") is None  # not read: not named
-    assert releases.vendor_build("0.15.3+g7f8e2a1") is None
+    found = vendor_builds.vendor_build("0.14.4+hpu.synapse.v1.19.0")
+    assert found is not None and found.based_on == "0.14.4" and "tensor" in found.differences
+    assert vendor_builds.vendor_build("0.14.4+hpu.synapse.v1.17.0") is None  # not read: not named
+    assert vendor_builds.vendor_build("0.15.3+g7f8e2a1") is None
 
 
-@pytest.mark.parametrize(("version", "carries", "differs"), [
+@pytest.mark.parametrize(("version", "based_on", "differs"), [
     ("0.9.4+hpu.synapse.v1.11.0", "0.9.4", False), ("0.9.4+hpu.synapse.v1.12.1", "0.9.4", False),
     ("0.10.3+hpu.synapse.v1.13.0", "0.10.3", False), ("0.12.4+hpu.synapse.v1.15.1", "0.12.4", False),
     ("0.14.0+hpu.synapse.v1.16.1", "0.14.0", False), ("0.14.0+hpu.synapse.v1.17.1", "0.14.0", False),
     ("0.14.4+hpu.synapse.v1.18.0", "0.14.4", True), ("0.16.1+hpu.synapse.v1.21.0", "0.16.1", True),
     ("0.16.5+91d1c55", "0.16.5", True), ("0.16.5+65d9f99", "0.16.5", True),
 ])
-def test_each_vendor_build_read_is_named_with_the_release_it_carries(version: str, carries: str,
-                                                                     differs: bool) -> None:
+def test_each_vendor_build_read_is_named_with_the_release_it_is_based_on(version: str, based_on: str,
+                                                                          differs: bool) -> None:
     """Gaudi 1.11 to 1.21 (HabanaAI/DeepSpeed's branches) and DeeperSpeed v3.0: the version string each reports."""
-    found = releases.vendor_build(version)
-    assert found is not None and found.carries == carries, found
+    found = vendor_builds.vendor_build(version)
+    assert found is not None and found.based_on == based_on, found
     assert (found.differences != "none in the schedulers") is differs
-    assert upstream.verdicts(carries)  # a release of the table
+    assert upstream.verdicts(based_on)  # a release of the table
 
 
 @pytest.mark.parametrize("version", ["0.14.4+hpu.synapse.v1.19.1", "0.16.1+hpu.synapse.v1.22.0",
@@ -50,7 +50,7 @@ def test_each_vendor_build_read_is_named_with_the_release_it_carries(version: st
 def test_a_vendor_build_not_read_is_not_named(version: str) -> None:
     """A Gaudi release whose branch was not read (or is below the table's floor), a DeeperSpeed commit that is no
     tag read: unknown, as any build."""
-    assert releases.vendor_build(version) is None
+    assert vendor_builds.vendor_build(version) is None
 
 
 @pytest.fixture

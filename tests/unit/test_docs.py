@@ -18,6 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 import quickstart  # the README's shell lines (tests/quickstart.py: standard library only)
+from test_house import TABLE_ROOMS, in_rooms, rooms  # the package's rooms, and the guard table's
 
 from accelerate_warmup_patch import settings
 from accelerate_warmup_patch.cli import main
@@ -314,26 +315,114 @@ def test_the_module_table_has_a_row_for_every_file_of_the_package_and_no_other()
     assert sorted(set(rows) - files) == [], "a row without its file"
 
 
-def test_the_glossary_holds_at_most_25_words() -> None:
-    words = re.findall(r"^- \*\*(.+?)\*\*", _section("Words"), re.M)
-    assert 0 < len(words) <= 25, words
+def glossary_terms(section: str) -> list[str]:
+    """Each term a glossary defines: every bold word in a bullet's head, before its first colon (``**shard** /
+    **part**:`` is two terms, ``**binding** (`bound_to`):`` one)."""
+    heads = re.findall(r"^- (.+?):", section, re.M)
+    return [term for head in heads for term in re.findall(r"\*\*(.+?)\*\*", head)]
+
+
+def test_the_glossary_holds_at_most_25_terms() -> None:
+    terms = glossary_terms(_section("Words"))
+    assert len(terms) == len(set(terms)), terms
+    assert 0 < len(terms) <= 25, terms
+
+
+def test_the_glossary_counts_a_bullet_of_two_terms_as_two() -> None:
+    section = "- **shard** / **part**: one slice, its file.\n- **binding** (`bound_to`): ties: **not** this.\n"
+    assert glossary_terms(section) == ["shard", "part", "binding"]
+
+
+PACKAGE = ROOT / "accelerate_warmup_patch"
+
+
+def _module(path: Path) -> str:
+    """A file of the package as the imports column names it: ``cli/audit/judge.py`` -> ``cli.audit.judge``,
+    ``upstream/__init__.py`` -> ``upstream``."""
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" and len(parts) > 1 else parts)
+
+
+def _imported(path: Path, source: str | None = None) -> set[Path]:
+    """Every file of the package ``path`` imports, lazily or not: relative imports and absolute ones
+    (``import accelerate_warmup_patch``, ``from accelerate_warmup_patch.cli import main``); a name imported from a
+    package that is no module of it (``from .. import __version__``) is an import of that package's ``__init__.py``.
+    ``source``: other text, read as if it were ``path``'s (the self-test's)."""
+    import ast
+
+    here = list(path.parent.relative_to(PACKAGE).parts)
+    found: set[Path] = set()
+
+    def add(parts: list[str]) -> None:
+        where = PACKAGE.joinpath(*parts)
+        module = where / "__init__.py" if where.is_dir() else where.with_suffix(".py")
+        if module.is_file():
+            found.add(module)
+
+    def ours(dotted: str) -> list[str] | None:
+        names = dotted.split(".")
+        return names[1:] if names[0] == PACKAGE.name else None
+
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8") if source is None else source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = ours(alias.name)
+                if parts is not None:
+                    add(parts)
+        elif isinstance(node, ast.ImportFrom):
+            base = (here[:len(here) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+                    if node.level else ours(node.module or ""))
+            if base is None:
+                continue
+            for alias in node.names:
+                sub = PACKAGE.joinpath(*base, alias.name)
+                add([*base, alias.name] if sub.is_dir() or sub.with_suffix(".py").is_file() else base)
+    return found
 
 
 def _imports(path: Path, package: Path) -> set[str]:
-    """The package's modules ``path`` imports (relative imports, lazy ones too), as the table names them."""
-    import ast
+    """The package's modules ``path`` imports (lazy ones too), as the table's first column names them; the
+    package's ``__init__.py`` aside (its few importers are the paragraph's, ``test_only_the_modules_named...``)."""
+    return {str(module.relative_to(package)) for module in _imported(path) if module != package / "__init__.py"}
 
-    parts = path.parent.relative_to(package).parts
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = list(parts[:len(parts) - (node.level - 1)]) + (node.module.split(".") if node.module else [])
-            names: list[str] = [] if node.module else [alias.name for alias in node.names]
-            for where in [package.joinpath(*base, name) for name in names] or [package.joinpath(*base)]:
-                module = where / "__init__.py" if where.is_dir() else where.with_suffix(".py")
-                if module.is_file() and module != package / "__init__.py":  # __version__: the one import up
-                    found.add(str(module.relative_to(package)))
+
+def _rows() -> dict[str, str]:
+    """Each row of the module table: its file -> its imports column."""
+    found = {}
+    for line in _section("The modules").splitlines():
+        if line.startswith("| `"):
+            cells = line.strip().strip("|").split(" | ")
+            assert len(cells) == 4, line
+            found[cells[0].strip().strip("`")] = cells[2]
     return found
+
+
+def test_each_modules_imports_column_names_exactly_what_it_imports() -> None:
+    wrong = {}
+    for file, column in _rows().items():
+        named = set(re.findall(r"`([^`]+)`", column))
+        actual = {_module(PACKAGE / module) for module in _imports(PACKAGE / file, PACKAGE)}
+        if named != actual:
+            wrong[file] = {"imported, not named": sorted(actual - named), "named, not imported": sorted(named - actual)}
+    assert len(_rows()) > 50
+    assert wrong == {}
+
+
+def test_the_imports_column_check_sees_lazy_absolute_and_package_imports() -> None:
+    source = ("def f():\n    from ... import releases, upstream\n    from ...upstream import unit, START\n"
+              "    import accelerate_warmup_patch.cli.child\n    from accelerate_warmup_patch import __version__\n"
+              "    from .. import config_facts\n    import json\n")
+    found = {_module(module) for module in _imported(PACKAGE / "cli" / "audit" / "judge.py", source)}
+    assert found == {"releases", "upstream", "upstream.unit", "cli.child", "cli.config_facts", "__init__"}
+
+
+def test_only_the_modules_the_map_names_import_the_package_init() -> None:
+    text = _section("The modules")
+    paragraph = text[text.index("no module but"):text.index("imports the package's `__init__.py`")]
+    spans = re.findall(r"`([^`]+\.py)`", paragraph)  # `main.py`, `audit/parts.py`: a file's path, its end written
+    named = {file for file in _rows() if any(file == span or file.endswith(f"/{span}") for span in spans)}
+    importers = {file for file in _rows() if PACKAGE / "__init__.py" in _imported(PACKAGE / file)}
+    assert named == importers
 
 
 def test_each_module_imports_only_modules_below_it_in_the_table() -> None:
@@ -405,8 +494,9 @@ def _strings_said(path: Path) -> list[tuple[int, str]]:
 def test_the_code_names_the_reference_release_only_through_behavior_reference() -> None:
     from accelerate_warmup_patch import releases
 
-    package = ROOT / "accelerate_warmup_patch"
-    spelled = [f"{path.relative_to(package)}:{line}: {text[:80]!r}" for path in sorted(package.rglob("*.py"))
-               if path.name != "releases.py" for line, text in _strings_said(path)
+    # the guard table's own rooms cite the releases they were read at, the reference among them; its upstream units
+    # name it through BEHAVIOR_REFERENCE like every other room
+    spelled = [f"{room}:{line}: {text[:80]!r}" for room, path in rooms().items()
+               if room.startswith("upstream/") or not in_rooms(room, TABLE_ROOMS) for line, text in _strings_said(path)
                if re.search(rf"(?<![\d.]){re.escape(releases.BEHAVIOR_REFERENCE)}(?![\d])", text)]
     assert spelled == []

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import quickstart
 import tiers
 
-from accelerate_warmup_patch import releases, settings
+from accelerate_warmup_patch import releases, settings, upstream
 
 DEPLOY = ROOT / "deploy"
 DEPLOY_DOC = ROOT / "docs" / "deploy.md"
@@ -236,8 +236,8 @@ def _range(versions: list[str]) -> str:
 def test_am_i_affected_names_the_ranges_the_guard_table_gives() -> None:
     every = sorted({*tiers.ENGINE_TIER, *tiers.SCHEDULER_TIER}, key=releases.parse)
     clean = ("fixed upstream", "not affected", "absent")  # the words of a class that needs nothing
-    all_jobs = [v for v in every if releases.lacks("start", "WarmupLR", v)]
-    some = [v for v in every if v not in all_jobs and set(releases.verdicts(v).values()) - set(clean)]
+    all_jobs = [v for v in every if upstream.lacks(upstream.START, "WarmupLR", v)]
+    some = [v for v in every if v not in all_jobs and set(upstream.verdicts(v).values()) - set(clean)]
     none = [v for v in every if v not in all_jobs and v not in some]
     assert every == all_jobs + some + none, (all_jobs, some)  # three ranges, one after the other
     found = re.search(r"\*\*Am I affected\?\*\*(.*?)\n\n", _readme(), re.S)

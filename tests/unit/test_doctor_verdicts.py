@@ -1,4 +1,4 @@
-"""doctor's verdict line and state for each release and activation (doctor.decide), without an interpreter.
+"""doctor's verdict line and state for each release and activation (doctor_states.decide), without an interpreter.
 
 tests/test_doctor.py runs the command itself on the states whose environment changes what a new process does;
 the line of every state, on every kind of release, is decided here from the activation doctor found.
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from accelerate_warmup_patch import settings
-from accelerate_warmup_patch.cli import doctor
+from accelerate_warmup_patch.cli import arming, doctor_states
 
 ENV = settings.ENV_MODE
 PTH = "/venv/lib/python3.11/site-packages/accelerate_warmup_patch.pth"
@@ -26,7 +26,7 @@ def _active(env: str | None) -> dict[str, Any]:
     armed = mode in (settings.Mode.RESET, settings.Mode.STEP, settings.Mode.WARN)
     return {"env": env, "mode": mode if armed or mode == settings.Mode.OFF else "not armed", "pth": PTH,
             "sitecustomize": None, "active_at_start_up": armed,
-            "through": [f"env var {ENV}={env!r} + {doctor.PTH}"] if armed else [], "python": "python",
+            "through": [f"env var {ENV}={env!r} + {arming.PTH}"] if armed else [], "python": "python",
             "why_not": None}
 
 
@@ -75,9 +75,9 @@ def test_each_state_and_its_verdict_line(case: str, monkeypatch: pytest.MonkeyPa
     monkeypatch.delenv(ENV, raising=False)
     if env is not None:
         monkeypatch.setenv(ENV, env)
-    state, verdict = doctor.decide({"deepspeed": version}, _active(env))
+    state, verdict = doctor_states.decide({"deepspeed": version}, _active(env))
     assert (state, verdict) == (case.split(" ")[0], line)
-    assert state in doctor.STATES
+    assert state in doctor_states.STATES
 
 
 @pytest.mark.parametrize(("scheduler", "params", "state", "says"), [
@@ -90,7 +90,7 @@ def test_with_a_config_only_its_scheduler_counts(scheduler: str | None, params: 
                                                  says: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ENV, raising=False)
     config = {"path": "/job/ds_config.json", "scheduler": scheduler, "params": params}
-    got_state, line = doctor.decide({"deepspeed": "0.15.2"}, _active(None), config)
+    got_state, line = doctor_states.decide({"deepspeed": "0.15.2"}, _active(None), config)
     assert got_state == state
     assert line.startswith(f"DeepSpeed 0.15.2, ds_config.json: {says}"), line
 
@@ -104,13 +104,13 @@ def test_with_a_config_a_backport_counts_only_where_its_params_meet_it(params: d
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ENV, raising=False)
     config = {"path": "ds_config.json", "scheduler": "WarmupLR", "params": params}
-    got_state, line = doctor.decide({"deepspeed": "0.19.3"}, _active(None), config)
+    got_state, line = doctor_states.decide({"deepspeed": "0.19.3"}, _active(None), config)
     assert got_state == state
     assert backports is None or f"the patch still backports {backports} - " in line, line
 
 
 def test_strict_fails_exactly_where_the_mode_chosen_cannot_act_or_a_value_is_not_accepted() -> None:
-    assert {state for state, fails in doctor.STATES.items() if fails} == {
+    assert {state for state, fails in doctor_states.STATES.items() if fails} == {
         "bad-value", "unsupported", "affected-not-active", "backports-not-active"}
 
 
@@ -138,5 +138,5 @@ def test_strict_by_mode(env: str | None, armed: bool, version: str, fails: bool,
     if not armed and active["active_at_start_up"]:  # the value would arm it, but the interpreter is not reached
         active.update(active_at_start_up=False, mode="not armed", through=[],
                       why_not="site.py does not run there, so no .pth and no sitecustomize is read")
-    state, _ = doctor.decide({"deepspeed": version}, active)
-    assert doctor.STATES[state] is fails, state
+    state, _ = doctor_states.decide({"deepspeed": version}, active)
+    assert doctor_states.STATES[state] is fails, state

@@ -12,7 +12,7 @@ from importlib import metadata
 
 import pytest
 
-from accelerate_warmup_patch import releases
+from accelerate_warmup_patch import multinode_runners, releases
 from accelerate_warmup_patch.releases import MaxLrDefault, Start, Support
 
 LEAVES, GROUP_0, EVERY = Start.LEAVES_OPTIMIZER_LR, Start.SETS_GROUP_0_ONLY, Start.SETS_EVERY_GROUP
@@ -126,7 +126,7 @@ def test_parse_refuses_what_is_not_a_release(text: str) -> None:
 ])
 def test_each_runners_fact_on_each_release(runner: str, version: str, launcher: str, carries: bool,
                                            shell: bool) -> None:
-    fact = releases.runner_fact(runner, version)
+    fact = multinode_runners.runner_fact(runner, version)
     assert fact is not None
     assert (fact.value.launcher, fact.value.carries, fact.value.remote_shell) == (launcher, carries, shell)
 
@@ -134,14 +134,14 @@ def test_each_runners_fact_on_each_release(runner: str, version: str, launcher: 
 @pytest.mark.parametrize(("runner", "version"), [("IMPIRunner", "0.9.2"), ("PDSHRunner", "0.8.9"),
                                                  ("LocalRunner", "0.15.2")])
 def test_a_runner_the_release_lacks_has_no_fact(runner: str, version: str) -> None:
-    assert releases.runner_fact(runner, version) is None
+    assert multinode_runners.runner_fact(runner, version) is None
 
 
 def test_an_untested_release_has_the_newest_releases_runners() -> None:
-    assert releases.runner_facts(UNTESTED) == releases.runner_facts(releases.NEWEST_DEEPSPEED)
-    assert {f.value.launcher for f in releases.runner_facts("0.19.8")} == {
+    assert multinode_runners.runner_facts(UNTESTED) == multinode_runners.runner_facts(releases.NEWEST_DEEPSPEED)
+    assert {f.value.launcher for f in multinode_runners.runner_facts("0.19.8")} == {
         "pdsh", "openmpi", "mpich", "impi", "slurm", "mvapich"}
-    assert {f.value.launcher for f in releases.runner_facts("0.9.0")} == {"pdsh", "openmpi", "mpich", "slurm",
+    assert {f.value.launcher for f in multinode_runners.runner_facts("0.9.0")} == {"pdsh", "openmpi", "mpich", "slurm",
                                                                           "mvapich"}
 
 

@@ -184,7 +184,7 @@ def test_a_unit_is_lacked_by_the_releases_before_its_first(pr: str, version: str
 
 
 def test_the_vendor_builds_that_lack_a_unit_are_those_that_carry_an_older_release() -> None:
-    by_pr = {unit.pr: {build.carries for build in unit.lacking_builds()} for unit in upstream.UNITS}
+    by_pr = {unit.pr: {build.based_on for build in unit.lacking_builds()} for unit in upstream.UNITS}
     assert by_pr["#6597"] == {"0.9.4", "0.10.3", "0.12.4", "0.14.0", "0.14.4"}  # Gaudi 1.11 to 1.19
     assert by_pr["#4688"] == {"0.9.4", "0.10.3"}  # Gaudi 1.14's 0.12.4 has it
     assert by_pr["#8171"] == {"0.9.4", "0.10.3", "0.12.4", "0.14.0", "0.14.4", "0.16.1", "0.16.5"}

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ... import releases, upstream
+from ... import releases, upstream, vendor_builds
 from ...upstream.unit import Applied, AtStep0
 from .. import config_facts
 from .read import number
@@ -134,13 +134,13 @@ def judge(report: Report, scheduler: str, params: dict[str, Any], version: str, 
 
 def _build_as_release(found: Verdict, version: str) -> str | None:
     """A ds_version that is no release's number: a vendor build whose code the table knows is judged as the release
-    it carries (its differences noted); any other build is unknown, with the reason (its number says nothing sure
+    it is based on (its differences noted); any other build is unknown, with the reason (its number says nothing sure
     about its code: pip install from git before or after a fix, a cherry-pick, a fork)."""
-    vendor = releases.vendor_build(version)
+    vendor = vendor_builds.vendor_build(version)
     if vendor is not None:
-        found.notes.append(f"DeepSpeed {version} is {vendor.name}: upstream {vendor.carries}'s schedulers; "
+        found.notes.append(f"DeepSpeed {version} is {vendor.name}: upstream {vendor.based_on}'s schedulers; "
                                f"{vendor.differences}")
-        return vendor.carries
+        return vendor.based_on
     found.why = (f"DeepSpeed {version} is {releases.not_the_release(version)}: the table does not know its "
                      "schedulers' code (a build from git before or after a fix, a cherry-pick, a vendor's fork), and "
                      "no record bound to these files says how its step 0 ran")
@@ -149,15 +149,15 @@ def _build_as_release(found: Verdict, version: str) -> str | None:
 
 def table_release(version: str) -> str | None:
     """The release whose rows tell what ``version``'s schedulers do after step 0: the release itself where the table
-    was read at it, the release a vendor build whose code is known carries (releases.VENDOR_BUILDS); None for any
-    other build, whose number says nothing sure about its code."""
+    was read at it, the release a vendor build whose code is known is based on (vendor_builds.VENDOR_BUILDS); None for
+    any other build, whose number says nothing sure about its code."""
     try:
         if releases.not_the_release(version) is None:
             return version
     except ValueError:  # no release number in it
         return None
-    vendor = releases.vendor_build(version)
-    return vendor.carries if vendor is not None else None
+    vendor = vendor_builds.vendor_build(version)
+    return vendor.based_on if vendor is not None else None
 
 
 def unknown_later(report: Report, scheduler: str, params: dict[str, Any], version: str, *,

@@ -90,15 +90,15 @@ def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCA
 def _others(tag: PurePath, bound_file: str, store: Store) -> dict[str, Any]:
     """``bound_to["others"]`` of the tag folder as it is now: each other states file's size and members' digest,
     read from its central directory alone (record_data's selection and format, the writer's)."""
-    facts: list[tuple[str, int, str | None]] = []
+    files: list[tuple[str, int, str | None]] = []
     for name in record_data.other_states(store.names(tag), bound_file):
         try:
             directory = store.directory(tag / name)
         except Unreadable:
-            facts.append((name, -1, record_data.UNREADABLE))
+            files.append((name, -1, record_data.UNREADABLE))
             continue
-        facts.append((name, directory.size, record_data.members_digest(directory.members) if directory.zip else None))
-    return record_data.others_binding(facts)
+        files.append((name, directory.size, record_data.members_digest(directory.members) if directory.zip else None))
+    return record_data.others_binding(files)
 
 
 def _this_saves(record: dict[str, Any], *, binding: dict[str, Any] | None, version: str, global_steps: Any,
