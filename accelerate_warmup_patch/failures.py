@@ -12,6 +12,10 @@ import sys
 
 from . import log, settings
 
+# Set by the command for the jobs' interpreter it asks and hands itself over to (cli/job_python.py): that interpreter
+# runs `python3 -c ...`, whose command line does not say it is this command, and doctor must still run there.
+COMMAND_CHILD = "ACCELERATE_WARMUP_PATCH_COMMAND_CHILD"
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import ModuleType
@@ -48,8 +52,11 @@ def arming_failed(error: Exception, routes: list[str], module: ModuleType | None
 
 def _running_this_command() -> bool:
     """True in the interpreter of ``accelerate-warmup-patch`` or ``python -m accelerate_warmup_patch``, read from
-    its command line while site.py starts it (sys.orig_argv: Python 3.10+; 3.9 knows only the console script)."""
+    its command line while site.py starts it (sys.orig_argv: Python 3.10+; 3.9 knows only the console script), and
+    in the jobs' interpreter that the command asks or hands itself over to (``COMMAND_CHILD``)."""
     if sys.argv and os.path.basename(sys.argv[0]) == "accelerate-warmup-patch":
+        return True
+    if os.environ.get(COMMAND_CHILD) == "1":
         return True
     options = iter(getattr(sys, "orig_argv", [])[1:])
     for option in options:  # the interpreter's options, up to the script or -m's module

@@ -6,7 +6,7 @@ a module's prefix installed with the site's Python and a job's venv activated af
 installed apart from the training environment. There ``doctor`` answered for the command's own Python ("DeepSpeed is
 not installed") and ``--strict`` passed. So ``doctor``, ``status`` and ``demo``, which answer for an environment, are
 handed to the jobs' interpreter (``hand_over``), which says which one it is (``describe``). ``python -m
-accelerate_warmup_patch ...`` answers for the interpreter that runs it, as asked. Standard library only.
+accelerate_warmup_patch ...`` answers for the interpreter that runs it, as asked.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 from typing import Any
+
+from ..failures import COMMAND_CHILD
 
 NAMES = ("python3", "python")  # what a job's command line names, in the order looked up on PATH
 LOWEST = (3, 9)  # pyproject's requires-python: an older interpreter cannot run the package
@@ -72,7 +74,7 @@ def describe_python(path: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="accelerate-warmup-patch-") as folder:
         try:
             proc = subprocess.run([path, "-c", _SELF], cwd=folder, stdin=subprocess.DEVNULL, capture_output=True,
-                                  text=True, timeout=LIMIT_S)
+                                  text=True, timeout=LIMIT_S, env=_as_this_command())
         except (OSError, subprocess.SubprocessError) as error:
             raise Unusable(f"it cannot be run: {error}") from None
     try:
@@ -118,7 +120,13 @@ def hand_over(arguments: list[str]) -> None:
                        "accelerate_warmup_patch ...` with it")
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(path, [path, "-c", _RUN, HOME, *arguments])
+    os.execve(path, [path, "-c", _RUN, HOME, *arguments], _as_this_command())
+
+
+def _as_this_command() -> dict[str, str]:
+    """This environment, marked so that the jobs' interpreter's start-up knows it runs this command: under
+    ACCELERATE_WARMUP_PATCH_STRICT a bad value stops every other program there, and doctor must run to name it."""
+    return {**os.environ, COMMAND_CHILD: "1"}
 
 
 def describe() -> dict[str, Any]:
