@@ -268,6 +268,7 @@ def _text(report: dict[str, Any]) -> str:
     return " ".join([report["why"], *report["notes"]])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 def test_every_odd_file_gets_its_line_in_bounded_time_and_memory(name: str, tmp_path: Path) -> None:
     build, verdict, words, alone = CASES[name]

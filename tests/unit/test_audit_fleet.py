@@ -66,6 +66,7 @@ def fleet(root: Path, runs: int) -> Path:
 
 # Streaming and stopping ----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 @pytest.mark.parametrize("form", ["--jsonl", "--json"])
 def test_a_stopped_audit_leaves_every_judged_run_whole_and_a_partial_summary(
@@ -109,6 +110,7 @@ def test_the_text_output_is_a_block_per_run_then_the_summary(tmp_path: Path) -> 
 
 # Shards and jobs ---------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_shards_are_disjoint_and_together_the_whole_fleet(tmp_path: Path) -> None:
     runs = fleet(tmp_path, 60)
     whole = {r["path"] for r in lines(audit("--jsonl", str(runs)))}
@@ -117,6 +119,7 @@ def test_shards_are_disjoint_and_together_the_whole_fleet(tmp_path: Path) -> Non
     assert all(part for part in parts)  # each machine of the array has work
 
 
+@pytest.mark.slow
 def test_merged_parts_summarize_as_the_whole(tmp_path: Path) -> None:
     runs = fleet(tmp_path, 40)
     for k in range(2):
@@ -141,6 +144,7 @@ def _task(runs: Path, shard: str, part: Path, *, stop: bool = False) -> None:
     part.write_text(out)
 
 
+@pytest.mark.slow
 def test_a_merge_names_each_missing_empty_stopped_cut_twice_given_and_foreign_part_and_exits_2(
         tmp_path: Path) -> None:
     # an array of 6 tasks over 1200 runs (about 200 each): 0 and 1 finished, 2 never ran (no file), 3 failed before

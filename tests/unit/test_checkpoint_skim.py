@@ -73,6 +73,7 @@ def loaded(data: bytes) -> str:
         return f"unreadable: {error}"
 
 
+@pytest.mark.slow
 def test_damaged_copies_of_a_real_pickle_load_as_without_the_skim(monkeypatch: pytest.MonkeyPatch) -> None:
     # The skim leaves the stack to the unpickler; where the unpickler fails, the full scan gives its words, and
     # where the full scan refuses, the unpickler must not have built a value: the same outcome either way.
