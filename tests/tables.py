@@ -1,4 +1,5 @@
-"""The generated tables: the README's supported versions, docs/how-it-works.md's "What is wrapped", docs/matrix.md.
+"""The generated tables: the README's supported versions, docs/how-it-works.md's "What is wrapped", docs/matrix.md,
+CONTRIBUTING.md's "Where a room's tests are" (tests/rooms.py).
 
     python tests/tables.py --check    exit 1 when any is stale (nox -s lint)
     python tests/tables.py --write    regenerate them
@@ -28,10 +29,12 @@ from tiers import (  # noqa: E402  (every release on the registry from the floor
     TEST_TRANSFORMERS_OLD_ACCELERATE,
 )
 
+import rooms  # noqa: E402
 from accelerate_warmup_patch import multinode_runners, releases, upstream, vendor_builds, wrapped_targets  # noqa: E402
 from accelerate_warmup_patch.releases import parse  # noqa: E402
 
 README = ROOT / "README.md"
+CONTRIBUTING = ROOT / "CONTRIBUTING.md"
 MATRIX = ROOT / "docs" / "matrix.md"
 HOW = ROOT / "docs" / "how-it-works.md"
 RESULTS = ROOT / "matrix" / "results.json"
@@ -260,7 +263,8 @@ def main(argv: list[str]) -> int:
     results = json.loads(RESULTS.read_text())
     wanted = {README: _with_block(README, supported(results), BEGIN, END),
               HOW: _with_block(HOW, wrapped_table(), WRAPPED_BEGIN, WRAPPED_END),
-              MATRIX: matrix_page(results)}
+              MATRIX: matrix_page(results),
+              CONTRIBUTING: _with_block(CONTRIBUTING, rooms.table(), rooms.BEGIN, rooms.END)}
     stale = [path for path, text in wanted.items() if not path.is_file() or path.read_text() != text]
     if args.write:
         for path in stale:
