@@ -22,6 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+import rooms  # noqa: E402
 from tiers import (  # noqa: E402  (every release on the registry from the floor; the suite's own stack)
     ENGINE_TIER,
     SCHEDULER_TIER,
@@ -29,7 +30,6 @@ from tiers import (  # noqa: E402  (every release on the registry from the floor
     TEST_TRANSFORMERS_OLD_ACCELERATE,
 )
 
-import rooms  # noqa: E402
 from accelerate_warmup_patch import multinode_runners, releases, upstream, vendor_builds, wrapped_targets  # noqa: E402
 from accelerate_warmup_patch.releases import parse  # noqa: E402
 
