@@ -56,6 +56,8 @@ ONE_RELEASE_TESTS = {
                             "Modules, and the checks answer for the jobs' Python (the module's real job asserts the "
                             "lr of an affected release)",
     "tests/test_builds.py": "builds that are not releases, made from 0.15.2's own code (tests/builds.py)",
+    "tests/test_coexistence.py": "apply() and remove() from threads, beside other tools' wrappers: the wrapping's "
+                                 "machinery, on 0.15.2's targets (every one 0.19.8 has, and the scheduler methods)",
     "tests/test_audit_store.py": "the audit's reading of a bucket against the same folders on disk: the reading is "
                                  "the release's own files either way (tests/test_audit.py judges both releases)",
 }
