@@ -1,0 +1,199 @@
+"""The differential tier: the real reference release (releases.BEHAVIOR_REFERENCE) is the oracle, over generated
+scheduler configurations (tests/scheduler_space.py), at every optimizer step.
+
+- The installed release PATCHED, in each mode that changes lrs, against the reference UNPATCHED: on the classes the
+  package says run as the reference (``CLAIMED``) every step's lrs are the reference's, and a tensor lr stays a tensor
+  wherever the installed release's own step keeps one (PR #8202, not backported, decides the type after that); on the
+  others the patch changes nothing (patched == unpatched). Warn mode changes nothing anywhere.
+- A patched run logs no DeepSpeed WARNING the reference does not.
+- The package's own model of the reference (reference.step_lrs: the record's ``expected``) gives the reference's lrs
+  wherever it gives an answer.
+
+The oracle is the reference's own ``deepspeed/runtime/lr_schedules.py``, loaded by path (never a copy in the project):
+from AWP_REFERENCE_DEEPSPEED (a folder holding ``deepspeed/``), else the folder the nox session installs it into
+(``<venv>/reference-deepspeed``, noxfile.py), else the installed release where it is the reference. The installed
+release unpatched is its own file loaded by path too (the patch wraps only ``deepspeed.runtime.lr_schedules``).
+
+Budget: AWP_DIFFERENTIAL_EXAMPLES configurations per test (default in ``EXAMPLES``; docs/differential.md gives the
+seconds), ``nox -s differential`` for a long search. Failures hypothesis finds are shrunk and kept as @example.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from conftest import REQUIRE, installed
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
+from scheduler_space import CLASSES, Config, Lr, Trace, configs, run  # noqa: E402
+
+from accelerate_warmup_patch import releases  # noqa: E402
+
+DEEPSPEED = installed("deepspeed")
+REFERENCE = releases.BEHAVIOR_REFERENCE
+EXAMPLES = int(os.environ.get("AWP_DIFFERENTIAL_EXAMPLES", "150"))
+SEARCH = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+# the classes the package says run as the reference, patched (README, docs/how-it-works.md)
+CLAIMED = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
+MODES = ("reset", "step")  # the modes that change lrs; warn changes none
+ENV_REFERENCE = "AWP_REFERENCE_DEEPSPEED"
+TENSOR_ROUNDING = 1e-6  # a tensor lr holds float32: a release that writes floats differs by its rounding
+LOGGER = logging.getLogger("DeepSpeed")
+
+
+# The modules ------------------------------------------------------------------------------------------------------
+
+def _reference_folder() -> Path | None:
+    """The folder holding the reference release's ``deepspeed/`` (see the module's docstring), or None."""
+    given_folder = os.environ.get(ENV_REFERENCE)
+    if given_folder:
+        return Path(given_folder)
+    beside = Path(sys.prefix) / "reference-deepspeed"
+    if (beside / "deepspeed").is_dir():
+        return beside
+    if DEEPSPEED == REFERENCE:
+        import deepspeed
+
+        return Path(deepspeed.__file__).parent.parent
+    return None
+
+
+def _release_of(folder: Path) -> str | None:
+    """The release a folder's ``deepspeed/`` is, from its installed metadata or its sdist's version.txt."""
+    infos = sorted(folder.glob("deepspeed-*.dist-info"))
+    if infos:
+        return infos[0].name[len("deepspeed-"):-len(".dist-info")]
+    version_txt = folder / "version.txt"
+    return version_txt.read_text().strip() if version_txt.is_file() else None
+
+
+def _by_path(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _oracle() -> ModuleType:
+    folder = _reference_folder()
+    if folder is None or not (folder / "deepspeed/runtime/lr_schedules.py").is_file():
+        why = (f"no DeepSpeed {REFERENCE} to compare with: set {ENV_REFERENCE} to a folder holding its deepspeed/ "
+               f"(pip install --no-deps --target FOLDER deepspeed=={REFERENCE}), or run `nox -s tests`")
+        if os.environ.get(REQUIRE, "").strip() not in ("", "0"):
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why, allow_module_level=True)
+    assert _release_of(folder) in (REFERENCE, None), f"{folder} holds DeepSpeed {_release_of(folder)}, not {REFERENCE}"
+    return _by_path("awp_reference_lr_schedules", folder / "deepspeed/runtime/lr_schedules.py")
+
+
+def _unpatched() -> ModuleType:
+    import deepspeed
+
+    return _by_path("awp_unpatched_lr_schedules", Path(deepspeed.__file__).parent / "runtime/lr_schedules.py")
+
+
+ORACLE = _oracle()
+UNPATCHED = _unpatched()
+
+
+@pytest.fixture(scope="module")
+def patched_module():
+    """The installed ``deepspeed.runtime.lr_schedules``, and a function that arms the patch in a mode; disarmed after."""
+    import accelerate_warmup_patch
+    from deepspeed.runtime import lr_schedules
+
+    def arm(mode: str) -> ModuleType:
+        accelerate_warmup_patch.apply(mode)
+        return lr_schedules
+
+    yield arm
+    accelerate_warmup_patch.remove()
+
+
+# The comparison ---------------------------------------------------------------------------------------------------
+
+def _same_value(ran: Lr, reference: Lr) -> bool:
+    rounding = TENSOR_ROUNDING if ran.tensor or reference.tensor else 1e-12
+    return math.isclose(ran.value, reference.value, rel_tol=rounding, abs_tol=1e-15)
+
+
+def _first_difference(ran: Trace, reference: Trace, release: Trace | None = None) -> str | None:
+    """Where ``ran`` first differs from ``reference``: its error, a step's lrs, or a group's type (a tensor lr or a
+    float): the reference's, or where ``release`` is given, the release's own (its step's write, #8202 not
+    backported)."""
+    if ran.error != reference.error:
+        return f"error {ran.error}, the reference {reference.error}"
+    typed = release.steps if release is not None else reference.steps
+    for step, (lrs, expected, own) in enumerate(zip(ran.steps, reference.steps, typed)):
+        if not all(_same_value(a, b) for a, b in zip(lrs, expected)):
+            return f"step {step}: lrs {[a.value for a in lrs]}, the reference {[b.value for b in expected]}"
+        for group, (a, b, c) in enumerate(zip(lrs, expected, own)):
+            if a.tensor not in (b.tensor, c.tensor):
+                return f"step {step}: group {group}'s lr is {_kind(a)}, the reference's and the release's " \
+                       f"{_kind(b)}"
+    if len(ran.steps) != len(reference.steps):
+        return f"{len(ran.steps)} steps ran, the reference {len(reference.steps)}"
+    return None
+
+
+def _kind(lr: Lr) -> str:
+    return "a tensor" if lr.tensor else "a float"
+
+
+def _refused_by_the_reference(reference: Trace) -> bool:
+    """A config the reference's constructor refuses: nothing runs on it, so nothing is compared."""
+    return reference.error is not None and reference.error[0] == "construction"
+
+
+def _warnings_beyond(ran: Trace, reference: Trace) -> list[str]:
+    return list((Counter(ran.warnings) - Counter(reference.warnings)).elements())
+
+
+# The tests --------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+@given(config=configs(CLAIMED))
+@SEARCH
+def test_patched_runs_every_step_as_the_reference(patched_module, mode, config: Config):
+    reference = run(ORACLE, config, LOGGER)
+    hypothesis.assume(not _refused_by_the_reference(reference))
+    ran = run(patched_module(mode), config, LOGGER)
+    release = run(UNPATCHED, config, LOGGER)
+    assert (difference := _first_difference(ran, reference, release)) is None, f"{difference}: {config.describe()}"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@given(config=configs(CLAIMED))
+@SEARCH
+def test_patched_logs_no_deepspeed_warning_the_reference_does_not(patched_module, mode, config: Config):
+    reference = run(ORACLE, config, LOGGER)
+    hypothesis.assume(not _refused_by_the_reference(reference))
+    ran = run(patched_module(mode), config, LOGGER)
+    assert (beyond := _warnings_beyond(ran, reference)) == [], f"{beyond}: {config.describe()}"
+
+
+@given(config=configs(tuple(c for c in CLASSES if c not in CLAIMED)))
+@SEARCH
+def test_the_patch_changes_nothing_on_the_classes_it_does_not_claim(patched_module, config: Config):
+    ran = run(patched_module("reset"), config, LOGGER)
+    difference = _first_difference(ran, run(UNPATCHED, config, LOGGER))
+    assert difference is None, f"{difference}: {config.describe()}"
+
+
+@given(config=configs())
+@SEARCH
+def test_warn_mode_changes_no_lr(patched_module, config: Config):
+    ran = run(patched_module("warn"), config, LOGGER)
+    difference = _first_difference(ran, run(UNPATCHED, config, LOGGER))
+    assert difference is None, f"{difference}: {config.describe()}"
