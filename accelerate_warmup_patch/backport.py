@@ -103,7 +103,9 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
     if not schedules.is_fresh(scheduler):
         record_writer.note(scheduler, record_writer.earlier_process(
             scheduler, "it had stepped or was restored when the patch saw it"))
-        if not at_construction:  # built at a later iteration, the reference too leaves its lr
+        if at_construction:  # built at a later iteration: the reference's constructor writes no lr, the rest it does
+            _build_mid_way(_Building(scheduler, name, version, construction, peak_known))
+        else:
             _name_unsettled(scheduler, name, version)
         return
     warn = STATE.mode == Mode.WARN  # the same decisions and the same change, undone (schedules.change)
@@ -148,11 +150,37 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
             f"{releases.BEHAVIOR_REFERENCE}'s: nothing to change"))
 
 
-def _build_as_reference(building: _Building) -> list[Outcome]:
+def _build_mid_way(building: _Building) -> None:
+    """A scheduler built at a later iteration (``last_batch_iteration`` given): the reference's constructor writes no
+    lr there, so step 0 runs at the optimizer's lr on it too, but the rest of it runs (the default peak, an unknown
+    warmup_type): those the build lacks, each said once (in warn mode, the one line says what reset would set)."""
+    scheduler, name = building.scheduler, building.name
+    changed = schedules.change(
+        scheduler, key="starting", what=f"building {name} as DeepSpeed {releases.BEHAVIOR_REFERENCE} builds it",
+        action=lambda: _build_as_reference(building, start=False),
+        consequence="that scheduler runs exactly as unpatched (this warning is not repeated)")
+    if changed is None:
+        return
+    done = [outcome for outcome in changed.result if outcome.changed]
+    if STATE.mode == Mode.WARN and done:
+        STATE.would_fix += 1
+        _warn_instead(scheduler, name, building.version, [], changed.result)
+        return
+    for outcome in changed.result:
+        if not outcome.changed and outcome.left_line is not None:
+            log.warn_once(outcome.left_line.key, outcome.left_line.message, *outcome.left_line.args)
+    if done:
+        STATE.fixes += 1
+
+
+def _build_as_reference(building: _Building, start: bool = True) -> list[Outcome]:
     """What the reference's constructor does after this release's: each constructor change the build lacks, in the
-    reference's order (``upstream.at_construction``); what each did beyond the groups' lrs."""
+    reference's order (``upstream.at_construction``; without the start lr's write where ``start`` is False); what
+    each did beyond the groups' lrs."""
     outcomes = []
     for change in upstream.at_construction(building.name):
+        if not start and isinstance(change.backport, AtConstruction) and change.backport.last:
+            continue
         if isinstance(change.backport, AtConstruction) and installed.lacks(change.key, building.name):
             outcome = change.backport.build(building)
             if outcome is not None:
