@@ -97,15 +97,18 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
     if name is None:
         return
     if not installed.built_wrong(name):  # nothing to change: the record says how the patch found it
-        record_writer.note(scheduler, _as_release(scheduler, name, version), first_only=True)
+        mid_way = at_construction and not schedules.is_fresh(scheduler)
+        record_writer.note(scheduler, _built_mid_way(scheduler, name) if mid_way else
+                           _as_release(scheduler, name, version), first_only=True)
         return
     STATE.settled.add(scheduler)  # decided: a later net says nothing more about it
     if not schedules.is_fresh(scheduler):
-        record_writer.note(scheduler, record_writer.earlier_process(
-            scheduler, "it had stepped or was restored when the patch saw it"))
         if at_construction:  # built at a later iteration: the reference's constructor writes no lr, the rest it does
+            record_writer.note(scheduler, _built_mid_way(scheduler, name))
             _build_mid_way(_Building(scheduler, name, version, construction, peak_known))
         else:
+            record_writer.note(scheduler, record_writer.earlier_process(
+                scheduler, "it had stepped or was restored when the patch saw it"))
             _name_unsettled(scheduler, name, version)
         return
     warn = STATE.mode == Mode.WARN  # the same decisions and the same change, undone (schedules.change)
@@ -148,6 +151,16 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
         record_writer.note(scheduler, record_writer.Action(
             record_writer.AS_RELEASE, after, after, f"its start already agreed with DeepSpeed "
             f"{releases.BEHAVIOR_REFERENCE}'s: nothing to change"))
+
+
+def _built_mid_way(scheduler: Any, name: str) -> record_writer.Action:
+    """The record's word for a scheduler built at a later iteration: its start is the reference's, which writes no lr
+    there (the record checks it against the reference's model at the first step: record_writer._expected)."""
+    now, iteration = record_writer.group_lrs(scheduler), scheduler.last_batch_iteration
+    return record_writer.Action(
+        record_writer.AS_RELEASE, now, now, f"built at iteration {iteration}: DeepSpeed "
+        f"{releases.BEHAVIOR_REFERENCE} writes no lr there either, so its step 0 runs at the optimizer's lr",
+        built_at=iteration if isinstance(iteration, int) else None)
 
 
 def _build_mid_way(building: _Building) -> None:

@@ -14,7 +14,7 @@ Test tooling: hypothesis and torch, no DeepSpeed import here (the module a run d
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -137,6 +137,7 @@ class Trace:
     steps: list[tuple[Lr, ...]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     error: tuple[str, str] | None = None
+    seen: list[Any] = field(default_factory=list)  # what ``observe`` said before each step
 
 
 class _Warnings(logging.Handler):
@@ -176,20 +177,24 @@ def _used(optimizer: Any) -> tuple[Lr, ...]:
     return tuple(Lr(float(g["lr"]), hasattr(g["lr"], "item")) for g in optimizer.param_groups)
 
 
-def run(module: ModuleType, config: Config, logger: logging.Logger) -> Trace:
+# what a test asks of the scheduler and its optimizer right before each optimizer step
+Observe = Callable[[Any, Any], Any]
+
+
+def run(module: ModuleType, config: Config, logger: logging.Logger, observe: Observe | None = None) -> Trace:
     """Drive ``config`` on the scheduler classes of ``module`` (a DeepSpeed ``lr_schedules``): the lrs each optimizer
     step uses, in the engine's order, through a resume where the config has one."""
     trace = Trace()
     with deepspeed_warnings(logger) as said:
         try:
-            _drive(module, config, trace)
+            _drive(module, config, trace, observe)
         except Exception as error:  # what the release itself raises is part of what it does
             trace.error = (f"step {len(trace.steps)}" if trace.steps else "construction", type(error).__name__)
     trace.warnings = list(said)
     return trace
 
 
-def _drive(module: ModuleType, config: Config, trace: Trace) -> None:
+def _drive(module: ModuleType, config: Config, trace: Trace, observe: Observe | None) -> None:
     cls = getattr(module, config.scheduler)
     optimizer = _optimizer(config)
     scheduler = cls(optimizer, **config.params)
@@ -200,6 +205,8 @@ def _drive(module: ModuleType, config: Config, trace: Trace) -> None:
         if step == config.resume_after:
             optimizer, scheduler = _resumed(cls, config, optimizer, scheduler)
         trace.steps.append(_used(optimizer))
+        if observe is not None:
+            trace.seen.append(observe(scheduler, optimizer))
         scheduler.step()
 
 

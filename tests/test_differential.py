@@ -36,6 +36,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from scheduler_space import CLASSES, Config, Lr, Trace, configs, run  # noqa: E402
 
+from accelerate_warmup_patch import reference as model  # noqa: E402
 from accelerate_warmup_patch import releases  # noqa: E402
 
 DEEPSPEED = installed("deepspeed")
@@ -160,10 +161,38 @@ def _warnings_beyond(ran: Trace, reference: Trace) -> list[str]:
     return list((Counter(ran.warnings) - Counter(reference.warnings)).elements())
 
 
+def _model_at(config: Config):
+    """The package's model of the reference as the record asks it at a step (reference.step_lrs), on the scheduler of
+    the run where it stands."""
+    built_at = config.params.get("last_batch_iteration")
+
+    def observe(scheduler, optimizer):
+        lrs = [g["lr"] for g in optimizer.param_groups]
+        return model.step_lrs(scheduler, config.scheduler, scheduler.last_batch_iteration, lrs, built_at)
+
+    return observe
+
+
+# the failures the search found, shrunk (tests/scheduler_space.py's Config), kept so that each is tried on every run
+FOUND = (
+    # 0.15.2: the patch's start write turned a tensor lr into a float where the release and the reference keep it
+    Config("WarmupLR", (0.0,), True, {}, None, None, False, 1),
+    # 0.15.2: a WarmupLR built mid-way kept 0.15.2's default peak (0.001), where the reference's is the group's lr
+    Config("WarmupLR", (0.0,), False, {"last_batch_iteration": 0}, None, None, False, 2),
+)
+
+
+def _found(test):
+    for config in FOUND:
+        test = example(config=config)(test)
+    return test
+
+
 # The tests --------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("mode", MODES)
 @given(config=configs(CLAIMED))
+@_found
 @SEARCH
 def test_patched_runs_every_step_as_the_reference(patched_module, mode, config: Config):
     reference = run(ORACLE, config, LOGGER)
@@ -197,3 +226,18 @@ def test_warn_mode_changes_no_lr(patched_module, config: Config):
     ran = run(patched_module("warn"), config, LOGGER)
     difference = _first_difference(ran, run(UNPATCHED, config, LOGGER))
     assert difference is None, f"{difference}: {config.describe()}"
+
+
+@given(config=configs(CLAIMED))
+@SEARCH
+def test_the_model_of_the_reference_is_the_reference(patched_module, config: Config):
+    """The model the record's ``expected`` and the audit use, at every step of a run it speaks of: neither a resume
+    (the record hands on the loaded save's step 0) nor a script's write before step 0 (the record checks what ran)."""
+    hypothesis.assume(config.resume_after is None and config.before_step0 is None)
+    reference = run(ORACLE, config, LOGGER)
+    hypothesis.assume(not _refused_by_the_reference(reference))
+    ran = run(patched_module("reset"), config, LOGGER, observe=_model_at(config))
+    for step, (said, lrs) in enumerate(zip(ran.seen, reference.steps)):
+        assert said is not None, f"step {step}: no answer: {config.describe()}"
+        assert all(_same_value(Lr(a, False), b) for a, b in zip(said, lrs)), \
+            f"step {step}: the model says {said}, the reference runs {[b.value for b in lrs]}: {config.describe()}"

@@ -197,11 +197,20 @@ def step0_lrs(how: releases.Start, scheduler: str, params: dict[str, Any], lr: L
     reference = [number(m) for m in start] if isinstance(start, (list, tuple)) else [number(start)] * groups
     reference = (reference + [None] * groups)[:groups]
     own: list[Lr] = [lr] + [None] * (groups - 1)
+    if built_mid_way(params):  # every release and the reference write a start lr at -1 alone
+        return own, list(own)
     if how is releases.Start.SETS_EVERY_GROUP:
         return list(reference), reference
     if how is releases.Start.SETS_GROUP_0_ONLY:
         return [reference[0], *own[1:]], reference
     return own, reference
+
+
+def built_mid_way(params: Mapping[str, Any]) -> bool:
+    """A scheduler configured to start at a later iteration (``last_batch_iteration`` in its params): no release's
+    constructor writes an lr there, the reference's neither, so step 0 runs at the optimizer's lr on each."""
+    iteration = params.get("last_batch_iteration", -1)
+    return isinstance(iteration, int) and not isinstance(iteration, bool) and iteration >= 0
 
 
 def step0_only(change: upstream.Change) -> bool:

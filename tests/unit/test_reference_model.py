@@ -1,0 +1,45 @@
+"""The package's model of the reference release (reference.step_lrs), where a scheduler starts mid-way: what the
+record's ``expected`` and the audit's step-0 reference are (tests/test_differential.py compares the model with the
+real reference over generated configurations; these are its pure-logic rules)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from accelerate_warmup_patch import reference
+from accelerate_warmup_patch.cli.audit import judge
+from accelerate_warmup_patch.releases import Start
+
+
+def _warmup(iteration: int) -> SimpleNamespace:
+    return SimpleNamespace(min_lrs=[0.0], delta_lrs=[1e-3], warmup_num_steps=4, warmup_type="linear",
+                           last_batch_iteration=iteration)
+
+
+def test_a_scheduler_built_mid_way_runs_its_first_step_at_the_optimizers_lr():
+    # the reference's constructor writes its start lr at -1 alone: built at 2, its first step runs at the group's lr
+    assert reference.step_lrs(_warmup(2), "WarmupLR", 2, [5e-4], built_at=2) == [5e-4]
+
+
+def test_a_scheduler_built_mid_way_runs_its_formula_once_it_has_stepped():
+    assert reference.step_lrs(_warmup(3), "WarmupLR", 3, [5e-4], built_at=2) == [0.75e-3]
+
+
+def test_a_scheduler_built_at_minus_one_runs_its_start():
+    assert reference.step_lrs(_warmup(-1), "WarmupLR", -1, [1e-3], built_at=None) == [0.0]
+
+
+def test_no_formula_no_answer():
+    assert reference.step_lrs(_warmup(2), "OneCycle", 2, [5e-4], built_at=2) is None
+
+
+def test_the_audit_expects_the_optimizers_lr_for_a_scheduler_configured_mid_way():
+    params = {"warmup_min_lr": 0.0, "warmup_num_steps": 4, "last_batch_iteration": 5}
+    for how in Start:
+        ran, ref = judge.step0_lrs(how, "WarmupLR", params, 1e-3, 1)
+        assert ran == ref == [1e-3], how
+
+
+def test_the_audit_still_expects_the_start_for_a_fresh_scheduler():
+    ran, ref = judge.step0_lrs(Start.LEAVES_OPTIMIZER_LR, "WarmupLR", {"warmup_min_lr": 0.0}, 1e-3, 1)
+    assert (ran, ref) == ([1e-3], [0.0])
