@@ -43,3 +43,16 @@ def test_the_audit_expects_the_optimizers_lr_for_a_scheduler_configured_mid_way(
 def test_the_audit_still_expects_the_start_for_a_fresh_scheduler():
     ran, ref = judge.step0_lrs(Start.LEAVES_OPTIMIZER_LR, "WarmupLR", {"warmup_min_lr": 0.0}, 1e-3, 1)
     assert (ran, ref) == ([1e-3], [0.0])
+
+
+def _one_cycle_verdict(version: str, params: dict) -> judge.Verdict:
+    from accelerate_warmup_patch.cli.audit.report import Report
+
+    return judge.judge(Report(path="/ckpt/global_step4"), "OneCycle", params, version, version)
+
+
+def test_the_audit_never_clears_a_onecycle_given_stair_counts_on_a_release_that_ignores_them():
+    found = _one_cycle_verdict("0.15.2", {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3, "cycle_first_stair_count": 2})
+    assert found.verdict == "unknown" and "#8179" in found.why, found
+    assert _one_cycle_verdict("0.19.4", {"cycle_first_stair_count": 2}).verdict == "not affected"
+    assert _one_cycle_verdict("0.15.2", {"cycle_first_stair_count": 0}).verdict == "not affected"

@@ -76,6 +76,9 @@ def judge(report: Report, scheduler: str, params: dict[str, Any], version: str, 
             ran, reference = step0_lrs(fact.value, scheduler, params, report.optimizer_lr, groups or 1)
             found.lrs = Step0Lrs(ran, reference, per_group=bool(groups))
         found.verdict, found.why = NOT_AFFECTED, f"{scheduler} sets the lr when built, on every release"
+        unclaimed = _unclaimed(scheduler, version, params)
+        if unclaimed:  # its start is the reference's, its later steps are not: nothing proves the run as the reference
+            found.verdict, found.why = UNKNOWN, f"{found.why}, but {unclaimed}"
         return found
     if level is releases.Support.UNSUPPORTED or fact is None:
         found.why = (f"DeepSpeed {version} is older than the guard table ({releases.DEEPSPEED_FLOOR}) or has no "
@@ -204,6 +207,15 @@ def step0_lrs(how: releases.Start, scheduler: str, params: dict[str, Any], lr: L
     if how is releases.Start.SETS_GROUP_0_ONLY:
         return [reference[0], *own[1:]], reference
     return own, reference
+
+
+def _unclaimed(scheduler: str, version: str, params: Mapping[str, Any]) -> str:
+    """What the run's params meet on this release that the patch does not backport, in words; empty where nothing."""
+    try:
+        changes = upstream.unclaimed_for(scheduler, version, params)
+    except ValueError:
+        return ""
+    return "; ".join(f"DeepSpeed {version} lacks {config_facts.label(c)}, not backported: {c.what}" for c in changes)
 
 
 def built_mid_way(params: Mapping[str, Any]) -> bool:
