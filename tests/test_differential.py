@@ -29,15 +29,13 @@ from collections import Counter
 from pathlib import Path
 from types import ModuleType
 
+import hypothesis  # the sessions that install DeepSpeed install it (noxfile.py's _install_oracle)
 import pytest
 from conftest import REQUIRE, installed
+from hypothesis import HealthCheck, example, given, settings
+from scheduler_space import CLASSES, Config, Lr, Trace, configs, run
 
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, example, given, settings  # noqa: E402
-from scheduler_space import CLASSES, Config, Lr, Trace, configs, run  # noqa: E402
-
-from accelerate_warmup_patch import reference as model  # noqa: E402
-from accelerate_warmup_patch import releases  # noqa: E402
+from accelerate_warmup_patch import reference as model, releases
 
 DEEPSPEED = installed("deepspeed")
 REFERENCE = releases.BEHAVIOR_REFERENCE
@@ -110,9 +108,11 @@ UNPATCHED = _unpatched()
 
 @pytest.fixture(scope="module")
 def patched_module():
-    """The installed ``deepspeed.runtime.lr_schedules``, and a function that arms the patch in a mode; disarmed after."""
-    import accelerate_warmup_patch
+    """The installed ``deepspeed.runtime.lr_schedules``, and a function that arms the patch in a mode (disarmed
+    after the module)."""
     from deepspeed.runtime import lr_schedules
+
+    import accelerate_warmup_patch
 
     def arm(mode: str) -> ModuleType:
         accelerate_warmup_patch.apply(mode)

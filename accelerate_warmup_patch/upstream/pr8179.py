@@ -18,7 +18,8 @@ STAIR_COUNTS = ("cycle_first_stair_count", "cycle_second_stair_count")
 
 def _stairs_given(params: Mapping[str, Any]) -> bool:
     """A stair count above 0 (0, the default, is the continuous cycle on every release)."""
-    return any(isinstance(params.get(name), (int, float)) and params.get(name) > 0 for name in STAIR_COUNTS)
+    counts = [params.get(name) for name in STAIR_COUNTS]
+    return any(isinstance(count, (int, float)) and not isinstance(count, bool) and count > 0 for count in counts)
 
 
 UNIT = Unit(pr="#8179", release="0.19.4", source="deepspeed/runtime/lr_schedules.py @ v0.19.3 and v0.19.4", changes=(
