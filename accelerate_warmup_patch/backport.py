@@ -19,6 +19,7 @@ through ``failures.report``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from . import failures, installed, log, record_writer, reference, releases, schedules, upstream, wrapping
@@ -51,7 +52,11 @@ class _Building:
         return bool(getattr(STATE.dry, "on", False))
 
     def write(self, lrs: list[Any]) -> list[Any]:
-        return schedules.write(self.scheduler.optimizer.param_groups, lrs)
+        kinds = self.construction.group_lrs if self.construction is not None else None
+        return schedules.write(self.scheduler.optimizer.param_groups, lrs, kinds)
+
+    def already_said(self, on: bool) -> AbstractContextManager[None]:
+        return STATE.already_said(on)
 
     def start(self) -> releases.Start | None:
         return installed.start(self.name)
@@ -325,7 +330,7 @@ def _answering(scheduler: str, method: str, version: str) -> Callable[..., Any]:
             return wrapped()
         # The release's own method logs a warning before the first step, as the reference's does: reset and step mode
         # let it say it where the reference does. Warn mode's dry run is no call of the user's: it adds no line.
-        if answer.original_too and mode != Mode.WARN:
+        if answer.original_too and mode != Mode.WARN and not getattr(STATE.said, "on", False):
             wrapped()
         return value
 

@@ -51,19 +51,20 @@ def lr_value(lr: Any) -> float:
     return float(lr.item()) if hasattr(lr, "item") else float(lr)
 
 
-def write(groups: list[dict[str, Any]], lrs: list[Any]) -> list[Any]:
-    """Write ``lrs`` into the groups as the installed build's own step writes them, a tensor lr kept a tensor; returns
-    what the groups hold.
+def write(groups: list[dict[str, Any]], lrs: list[Any], kinds: tuple[Any, ...] | list[Any] | None = None) -> list[Any]:
+    """Write ``lrs`` into the groups as the installed build's own step writes them, a tensor lr kept a tensor (where
+    the group held one, or where ``kinds``, its lrs when the constructor was called, did); returns what the groups
+    hold.
 
     Through the build's ``update_lr`` where it has one (from 0.15.3's code); else as its step assigns, keeping a
     group's tensor lr a tensor of the same dtype and device where its step keeps tensors (a vendor's 0.14.4), and
     in place only where its step writes in place: up to 0.19.3 WarmupCosineLR's org_lrs are the groups' own lr
     objects, and an in-place write would change its whole schedule."""
-    held = [group["lr"] for group in groups]
+    held = list(kinds) if kinds is not None and len(kinds) == len(groups) else [group["lr"] for group in groups]
     _write_as_the_build(groups, lrs)
-    # The reference keeps a tensor lr a tensor (PR #8202). A build whose step writes floats (up to 0.18.0) would turn
-    # into a float a group that its own constructor leaves a tensor, so the patch's write keeps the tensor, in a new
-    # one: the old object may be held by the schedule (org_lrs) and is never written.
+    # The reference's constructor keeps a tensor lr a tensor (PR #8202). A build whose step writes floats (up to
+    # 0.18.0) would turn it into a float (and its own constructor does so with the patch's get_lr() answer), so the
+    # patch's write keeps the tensor, in a new one: the old object may be held by the schedule (org_lrs).
     for group, old in zip(groups, held):
         if hasattr(old, "clone") and not hasattr(group["lr"], "clone"):
             group["lr"] = old.detach().clone().fill_(lr_value(group["lr"]))
