@@ -33,7 +33,7 @@ import hypothesis  # the sessions that install DeepSpeed install it (noxfile.py'
 import pytest
 from conftest import REQUIRE, installed
 from hypothesis import HealthCheck, example, given, settings
-from scheduler_space import CLASSES, Config, Lr, Trace, configs, run
+from scheduler_space import CLASSES, Config, Lr, Trace, configs, deepspeed_warnings, run
 
 from accelerate_warmup_patch import reference as model, releases
 
@@ -47,7 +47,9 @@ CLAIMED = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
 MODES = ("reset", "step")  # the modes that change lrs; warn changes none
 ENV_REFERENCE = "AWP_REFERENCE_DEEPSPEED"
 TENSOR_ROUNDING = 1e-6  # a tensor lr holds float32: a release that writes floats differs by its rounding
+FLOAT32_EPS = 4 * 2.0 ** -23  # a few float32 roundings, relative to the config's largest lr
 LOGGER = logging.getLogger("DeepSpeed")
+PACKAGE_LOGGER = logging.getLogger("accelerate_warmup_patch")
 
 
 # The modules ------------------------------------------------------------------------------------------------------
@@ -124,12 +126,23 @@ def patched_module():
 
 # The comparison ---------------------------------------------------------------------------------------------------
 
-def _same_value(ran: Lr, reference: Lr) -> bool:
-    rounding = TENSOR_ROUNDING if ran.tensor or reference.tensor else 1e-12
-    return math.isclose(ran.value, reference.value, rel_tol=rounding, abs_tol=1e-15)
+def _same_value(ran: Lr, reference: Lr, scale: float = 0.0) -> bool:
+    """Equal, up to float32's rounding where a tensor holds either: relative to the value, and absolute to ``scale``
+    (the config's largest lr: min + (max - min) computed in float32 cancels to 0.0 where float64 leaves 1e-13)."""
+    if ran.tensor or reference.tensor:
+        return math.isclose(ran.value, reference.value, rel_tol=TENSOR_ROUNDING, abs_tol=FLOAT32_EPS * scale + 1e-15)
+    return math.isclose(ran.value, reference.value, rel_tol=1e-12, abs_tol=1e-15)
 
 
-def _first_difference(ran: Trace, reference: Trace, release: Trace | None = None) -> str | None:
+def _scale(config: Config) -> float:
+    """The largest lr (or ratio) a config names: the magnitude float32's rounding is relative to."""
+    values = [*config.group_lrs, *(config.before_step0 or ())]
+    for value in config.params.values():
+        values += [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, float)]
+    return max(abs(v) for v in values)
+
+
+def _first_difference(ran: Trace, reference: Trace, release: Trace | None = None, scale: float = 0.0) -> str | None:
     """Where ``ran`` first differs from ``reference``: its error, a step's lrs, or a group's type (a tensor lr or a
     float): the reference's, or where ``release`` is given, the release's own (its step's write, #8202 not
     backported)."""
@@ -137,7 +150,7 @@ def _first_difference(ran: Trace, reference: Trace, release: Trace | None = None
         return f"error {ran.error}, the reference {reference.error}"
     typed = release.steps if release is not None else reference.steps
     for step, (lrs, expected, own) in enumerate(zip(ran.steps, reference.steps, typed)):
-        if not all(_same_value(a, b) for a, b in zip(lrs, expected)):
+        if not all(_same_value(a, b, scale) for a, b in zip(lrs, expected)):
             return f"step {step}: lrs {[a.value for a in lrs]}, the reference {[b.value for b in expected]}"
         for group, (a, b, c) in enumerate(zip(lrs, expected, own)):
             if a.tensor not in (b.tensor, c.tensor):
@@ -183,6 +196,10 @@ FOUND = (
     Config("WarmupCosineLR", (0.0, 0.0), True, {"total_num_steps": 1}, None, None, False, 1),
     # 0.16.1: DeepSpeed's "before it has started" WARNING twice (its constructor's get_lr(), then the patch's)
     Config("WarmupCosineLR", (0.0,), False, {"total_num_steps": 1}, None, None, False, 1),
+    # 0.15.2 (the test's tolerance): float32 cancels min + (max - min) to 0.0, the model's float64 leaves 2.5e-13
+    Config("WarmupLR", (0.0,), True, {"warmup_min_lr": 1e-05, "warmup_num_steps": 1}, None, None, False, 3),
+    # 0.19.3: warn mode said nothing of the unknown warmup_type that fails unpatched and that reset repairs (#8151)
+    Config("WarmupCosineLR", (1e-3,), False, {"total_num_steps": 4, "warmup_type": "cosine"}, None, None, False, 2),
 )
 
 
@@ -203,7 +220,8 @@ def test_patched_runs_every_step_as_the_reference(patched_module, mode, config: 
     hypothesis.assume(not _refused_by_the_reference(reference))
     ran = run(patched_module(mode), config, LOGGER)
     release = run(UNPATCHED, config, LOGGER)
-    assert (difference := _first_difference(ran, reference, release)) is None, f"{difference}: {config.describe()}"
+    difference = _first_difference(ran, reference, release, _scale(config))
+    assert difference is None, f"{difference}: {config.describe()}"
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -221,7 +239,7 @@ def test_patched_logs_no_deepspeed_warning_the_reference_does_not(patched_module
 @SEARCH
 def test_the_patch_changes_nothing_on_the_classes_it_does_not_claim(patched_module, config: Config):
     ran = run(patched_module("reset"), config, LOGGER)
-    difference = _first_difference(ran, run(UNPATCHED, config, LOGGER))
+    difference = _first_difference(ran, run(UNPATCHED, config, LOGGER), scale=_scale(config))
     assert difference is None, f"{difference}: {config.describe()}"
 
 
@@ -229,11 +247,12 @@ def test_the_patch_changes_nothing_on_the_classes_it_does_not_claim(patched_modu
 @SEARCH
 def test_warn_mode_changes_no_lr(patched_module, config: Config):
     ran = run(patched_module("warn"), config, LOGGER)
-    difference = _first_difference(ran, run(UNPATCHED, config, LOGGER))
+    difference = _first_difference(ran, run(UNPATCHED, config, LOGGER), scale=_scale(config))
     assert difference is None, f"{difference}: {config.describe()}"
 
 
 @given(config=configs(CLAIMED))
+@_found
 @SEARCH
 def test_the_model_of_the_reference_is_the_reference(patched_module, config: Config):
     """The model the record's ``expected`` and the audit use, at every step of a run it speaks of: neither a resume
@@ -244,5 +263,25 @@ def test_the_model_of_the_reference_is_the_reference(patched_module, config: Con
     ran = run(patched_module("reset"), config, LOGGER, observe=_model_at(config))
     for step, (said, lrs) in enumerate(zip(ran.seen, reference.steps)):
         assert said is not None, f"step {step}: no answer: {config.describe()}"
-        assert all(_same_value(Lr(a, False), b) for a, b in zip(said, lrs)), \
+        assert all(_same_value(Lr(a, False), b, _scale(config)) for a, b in zip(said, lrs)), \
             f"step {step}: the model says {said}, the reference runs {[b.value for b in lrs]}: {config.describe()}"
+
+
+@given(config=configs(CLAIMED))
+@_found
+@SEARCH
+def test_warn_mode_speaks_wherever_reset_changes_a_run(patched_module, config: Config):
+    """Warn mode names what reset would change: a run whose lrs (or failure) reset changes gets the package's WARNING,
+    and one whose unknown warmup_type reset repairs names it."""
+    from accelerate_warmup_patch.state import STATE
+
+    reset = run(patched_module("reset"), config, LOGGER)
+    release = run(UNPATCHED, config, LOGGER)
+    if _first_difference(reset, release) is None:
+        return  # reset changes nothing here (every config on the reference): nothing to say
+    STATE.warned.clear()  # the one seam: a warning is said once per key, and a key holds id(scheduler), reused here
+    with deepspeed_warnings(PACKAGE_LOGGER) as said:
+        run(patched_module("warn"), config, LOGGER)
+    assert said, f"warn mode said nothing; reset changes {_first_difference(reset, release)}: {config.describe()}"
+    if release.error is not None and reset.error is None:
+        assert any("warmup_type" in line for line in said), f"{said}: {config.describe()}"
