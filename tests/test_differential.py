@@ -26,6 +26,7 @@ import math
 import os
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -142,7 +143,8 @@ def _scale(config: Config) -> float:
     return max(abs(v) for v in values)
 
 
-def _first_difference(ran: Trace, reference: Trace, release: Trace | None = None, scale: float = 0.0) -> str | None:
+def _first_difference(ran: Trace, reference: Trace, release: Trace | None = None, scale: float = 0.0,
+                      types: bool = True) -> str | None:
     """Where ``ran`` first differs from ``reference``: its error, a step's lrs, or a group's type (a tensor lr or a
     float): the reference's, or where ``release`` is given, the release's own (its step's write, #8202 not
     backported)."""
@@ -153,7 +155,7 @@ def _first_difference(ran: Trace, reference: Trace, release: Trace | None = None
         if not all(_same_value(a, b, scale) for a, b in zip(lrs, expected)):
             return f"step {step}: lrs {[a.value for a in lrs]}, the reference {[b.value for b in expected]}"
         for group, (a, b, c) in enumerate(zip(lrs, expected, own)):
-            if a.tensor not in (b.tensor, c.tensor):
+            if types and a.tensor not in (b.tensor, c.tensor):
                 return f"step {step}: group {group}'s lr is {_kind(a)}, the reference's and the release's " \
                        f"{_kind(b)}"
     if len(ran.steps) != len(reference.steps):
@@ -271,17 +273,20 @@ def test_the_model_of_the_reference_is_the_reference(patched_module, config: Con
 @_found
 @SEARCH
 def test_warn_mode_speaks_wherever_reset_changes_a_run(patched_module, config: Config):
-    """Warn mode names what reset would change: a run whose lrs (or failure) reset changes gets the package's WARNING,
-    and one whose unknown warmup_type reset repairs names it."""
+    """Warn mode names what reset would change at construction: a run whose first two steps' lrs (or failure) reset
+    changes gets the package's WARNING, and one whose unknown warmup_type reset repairs names it. Not yet what reset
+    changes past the warmup (#8142's ratio on 0.19.2 and older: docs/differential.md)."""
     from accelerate_warmup_patch.state import STATE
 
+    config = replace(config, steps=min(config.steps, 2))  # the warmup lasts 2 steps at least
     reset = run(patched_module("reset"), config, LOGGER)
     release = run(UNPATCHED, config, LOGGER)
-    if _first_difference(reset, release) is None:
-        return  # reset changes nothing here (every config on the reference): nothing to say
+    if _first_difference(reset, release, types=False) is None:
+        return  # reset changes no lr here (every config on the reference; a tensor kept a tensor): nothing to say
     STATE.warned.clear()  # the one seam: a warning is said once per key, and a key holds id(scheduler), reused here
     with deepspeed_warnings(PACKAGE_LOGGER) as said:
         run(patched_module("warn"), config, LOGGER)
-    assert said, f"warn mode said nothing; reset changes {_first_difference(reset, release)}: {config.describe()}"
+    assert said, f"warn mode said nothing; reset changes {_first_difference(reset, release, types=False)}: " \
+                 f"{config.describe()}"
     if release.error is not None and reset.error is None:
         assert any("warmup_type" in line for line in said), f"{said}: {config.describe()}"
