@@ -108,13 +108,25 @@ def _ccache_dir(fallback: Path) -> str:
     return str(fallback)
 
 
+def _install_oracle(session: nox.Session, deepspeed: str) -> None:
+    """hypothesis, and the reference release's own code beside the installed release for the differential tier
+    (tests/test_differential.py loads its lr_schedules.py by path): ``<venv>/reference-deepspeed``, installed by the
+    registry's ordinary client with --target, so that nothing of the reference is copied into the project."""
+    session.install("hypothesis")
+    if deepspeed != releases.BEHAVIOR_REFERENCE:
+        folder = Path(session.virtualenv.location) / "reference-deepspeed"
+        session.install(*_find_links(), "--no-deps", "--no-build-isolation", "--target", str(folder),
+                        f"deepspeed=={releases.BEHAVIOR_REFERENCE}")
+
+
 def _own_ports(session: nox.Session, kind: str, index: int = 0) -> None:
     """A block of ports for this session's launches and servers (tests/ports.py), apart from any other
     session's, so that sessions running side by side never take each other's ports."""
     kinds = {"tests": len(tiers.TEST_DEEPSPEED), "quick": len(tiers.TEST_DEEPSPEED),
              "launchers": len(tiers.TEST_DEEPSPEED), "matrix_engine": len(tiers.ENGINE_TIER),
              "accelerate": len(tiers.ACCELERATE_TIER_DEEPSPEED) + 1,  # + ci_accelerate
-             "era": len(eras.ERAS), "upstream_suite": 1, "newest": 1, "package": 1, "admin": 1}
+             "era": len(eras.ERAS), "upstream_suite": 1, "newest": 1, "package": 1, "admin": 1,
+             "differential": len(tiers.ENGINE_TIER)}
     names = list(kinds)
     first = sum(kinds[name] for name in names[:names.index(kind)])
     assert 0 <= index < kinds[kind], (kind, index)
@@ -143,6 +155,7 @@ def tests(session: nox.Session, deepspeed: str) -> None:
     _own_ports(session, "tests", tiers.TEST_DEEPSPEED.index(deepspeed))
     # fsspec, s3fs and moto's server: tests/test_audit_store.py audits a bucket of a local S3 server
     session.install("pytest", "matplotlib", "fsspec", "s3fs", "moto[server]")
+    _install_oracle(session, deepspeed)
     # the machinery's modules run on the buggy release alone (tiers.ONE_RELEASE_TESTS says why, per module);
     # files named after `--` run as named
     once = [] if session.posargs or deepspeed == tiers.TEST_DEEPSPEED[0] else \
@@ -193,15 +206,32 @@ def matrix_engine(session: nox.Session, deepspeed: str) -> None:
     _install_stack(session, deepspeed)
     _own_ports(session, "matrix_engine", tiers.ENGINE_TIER.index(deepspeed))
     _matrix_run(session, "engine")
+    _install_oracle(session, deepspeed)
     # the scheduler cases of tests/cases.py on every release, against 0.19.8's golden values; the audit of
     # this release's own checkpoints against the step-0 lrs its runs recorded
-    selected = ["tests/test_cases.py", "tests/test_audit.py"]
+    # and the differential tier against the reference's own code (seconds: docs/differential.md)
+    selected = ["tests/test_cases.py", "tests/test_audit.py", "tests/test_differential.py"]
     if deepspeed == tiers.ENGINE_TIER[0]:
         selected += ["tests/test_roads.py", "tests/test_multinode.py", "-k",
                      "not two_node and not deepspeed_env and not ssh_alone"]
     elif deepspeed in tiers.DEFAULT_PEAK_RANGES:
         selected += ["tests/test_roads.py", "-k", "not test_roads or default_peak"]
     session.run("pytest", "-q", "-p", "no:cacheprovider", *selected, env={"PYTHONUNBUFFERED": "1"})
+
+
+@nox.session(python="3.11")
+@nox.parametrize("deepspeed", list(tiers.ENGINE_TIER))
+def differential(session: nox.Session, deepspeed: str) -> None:
+    """The differential tier's long search on one release: tests/test_differential.py with
+    AWP_DIFFERENTIAL_EXAMPLES configurations per test (default 5000 here; minutes; not in CI, which runs its budget in
+    `tests` and `matrix_engine`: docs/differential.md)."""
+    _install_stack(session, deepspeed)
+    _own_ports(session, "differential", tiers.ENGINE_TIER.index(deepspeed))
+    session.install("pytest")
+    _install_oracle(session, deepspeed)
+    examples = os.environ.get("AWP_DIFFERENTIAL_EXAMPLES", "5000")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "-p", "no:logging", "tests/test_differential.py",
+                *session.posargs, env={"PYTHONUNBUFFERED": "1", "AWP_DIFFERENTIAL_EXAMPLES": examples})
 
 
 @nox.session(python="3.11")

@@ -19,6 +19,7 @@ through ``failures.report``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from . import failures, installed, log, record_writer, reference, releases, schedules, upstream, wrapping
@@ -51,7 +52,11 @@ class _Building:
         return bool(getattr(STATE.dry, "on", False))
 
     def write(self, lrs: list[Any]) -> list[Any]:
-        return schedules.write(self.scheduler.optimizer.param_groups, lrs)
+        kinds = self.construction.group_lrs if self.construction is not None else None
+        return schedules.write(self.scheduler.optimizer.param_groups, lrs, kinds)
+
+    def already_said(self, on: bool) -> AbstractContextManager[None]:
+        return STATE.already_said(on)
 
     def start(self) -> releases.Start | None:
         return installed.start(self.name)
@@ -97,13 +102,18 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
     if name is None:
         return
     if not installed.built_wrong(name):  # nothing to change: the record says how the patch found it
-        record_writer.note(scheduler, _as_release(scheduler, name, version), first_only=True)
+        mid_way = at_construction and not schedules.is_fresh(scheduler)
+        record_writer.note(scheduler, _built_mid_way(scheduler, name) if mid_way else
+                           _as_release(scheduler, name, version), first_only=True)
         return
     STATE.settled.add(scheduler)  # decided: a later net says nothing more about it
     if not schedules.is_fresh(scheduler):
-        record_writer.note(scheduler, record_writer.earlier_process(
-            scheduler, "it had stepped or was restored when the patch saw it"))
-        if not at_construction:  # built at a later iteration, the reference too leaves its lr
+        if at_construction:  # built at a later iteration: the reference's constructor writes no lr, the rest it does
+            record_writer.note(scheduler, _built_mid_way(scheduler, name))
+            _build_mid_way(_Building(scheduler, name, version, construction, peak_known))
+        else:
+            record_writer.note(scheduler, record_writer.earlier_process(
+                scheduler, "it had stepped or was restored when the patch saw it"))
             _name_unsettled(scheduler, name, version)
         return
     warn = STATE.mode == Mode.WARN  # the same decisions and the same change, undone (schedules.change)
@@ -148,11 +158,47 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
             f"{releases.BEHAVIOR_REFERENCE}'s: nothing to change"))
 
 
-def _build_as_reference(building: _Building) -> list[Outcome]:
+def _built_mid_way(scheduler: Any, name: str) -> record_writer.Action:
+    """The record's word for a scheduler built at a later iteration: its start is the reference's, which writes no lr
+    there (the record checks it against the reference's model at the first step: record_writer._expected)."""
+    now, iteration = record_writer.group_lrs(scheduler), scheduler.last_batch_iteration
+    return record_writer.Action(
+        record_writer.AS_RELEASE, now, now, f"built at iteration {iteration}: DeepSpeed "
+        f"{releases.BEHAVIOR_REFERENCE} writes no lr there either, so its step 0 runs at the optimizer's lr",
+        built_at=iteration if isinstance(iteration, int) else None)
+
+
+def _build_mid_way(building: _Building) -> None:
+    """A scheduler built at a later iteration (``last_batch_iteration`` given): the reference's constructor writes no
+    lr there, so step 0 runs at the optimizer's lr on it too, but the rest of it runs (the default peak, an unknown
+    warmup_type): those the build lacks, each said once (in warn mode, the one line says what reset would set)."""
+    scheduler, name = building.scheduler, building.name
+    changed = schedules.change(
+        scheduler, key="starting", what=f"building {name} as DeepSpeed {releases.BEHAVIOR_REFERENCE} builds it",
+        action=lambda: _build_as_reference(building, start=False),
+        consequence="that scheduler runs exactly as unpatched (this warning is not repeated)")
+    if changed is None:
+        return
+    done = [outcome for outcome in changed.result if outcome.changed]
+    if STATE.mode == Mode.WARN and done:
+        STATE.would_fix += 1
+        _warn_instead(scheduler, name, building.version, [], changed.result)
+        return
+    for outcome in changed.result:
+        if not outcome.changed and outcome.left_line is not None:
+            log.warn_once(outcome.left_line.key, outcome.left_line.message, *outcome.left_line.args)
+    if done:
+        STATE.fixes += 1
+
+
+def _build_as_reference(building: _Building, start: bool = True) -> list[Outcome]:
     """What the reference's constructor does after this release's: each constructor change the build lacks, in the
-    reference's order (``upstream.at_construction``); what each did beyond the groups' lrs."""
+    reference's order (``upstream.at_construction``; without the start lr's write where ``start`` is False); what
+    each did beyond the groups' lrs."""
     outcomes = []
     for change in upstream.at_construction(building.name):
+        if not start and isinstance(change.backport, AtConstruction) and change.backport.last:
+            continue
         if isinstance(change.backport, AtConstruction) and installed.lacks(change.key, building.name):
             outcome = change.backport.build(building)
             if outcome is not None:
@@ -284,7 +330,7 @@ def _answering(scheduler: str, method: str, version: str) -> Callable[..., Any]:
             return wrapped()
         # The release's own method logs a warning before the first step, as the reference's does: reset and step mode
         # let it say it where the reference does. Warn mode's dry run is no call of the user's: it adds no line.
-        if answer.original_too and mode != Mode.WARN:
+        if answer.original_too and mode != Mode.WARN and not getattr(STATE.said, "on", False):
             wrapped()
         return value
 

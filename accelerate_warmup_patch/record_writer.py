@@ -55,6 +55,7 @@ class Action:
     lrs_before: list[float] | None
     lrs_after: list[float] | None
     why: str
+    built_at: int | None = None  # the iteration it was built at, where that was later than -1 (not in the record)
 
 
 def note(scheduler: object, action: Action, first_only: bool = False) -> None:
@@ -283,7 +284,7 @@ def _step0(engine: Any, scheduler: Any, mode: str, history: loaded_record.Loaded
                 "why": f"the first optimizer step this process saw was at global step {steps}, not the run's step 0 "
                        "(the patch was applied after the engine had stepped)"}
     action = _noted_or_unknown(scheduler, name) if scheduler is not None else None
-    expected = _expected(scheduler, name, first["last_batch_iteration"])
+    expected = _expected(scheduler, name, first["last_batch_iteration"], first["lrs"], action)
     return {"how": record_data.OBSERVED, **base, "lrs": first["lrs"], "expected": _encoded(expected),
             "patch_did": _checked(action, first["lrs"], expected), "global_steps": steps}
 
@@ -299,14 +300,20 @@ def _stepped_outside_the_engine(engine: Any, scheduler: Any) -> bool:
         return True
 
 
-def _expected(scheduler: Any, name: str | None, iteration: Any) -> list[float] | None:
+def _expected(scheduler: Any, name: str | None, iteration: Any, observed: list[Any],
+              action: Action | None) -> list[float] | None:
     """What the reference runs the first optimizer step at: its formula for this scheduler's parameters at the position
-    the scheduler held when that step ran (a user may have stepped it before training). Computed, never copied
-    from what ran; None where there is no formula (OneCycle, LRRangeTest) or the position is not known."""
+    the scheduler held when that step ran (a user may have stepped it before training), or, for one built at a later
+    iteration that had not stepped, the optimizer's lr, where the reference too writes none (reference.step_lrs).
+    None where there is no formula (OneCycle, LRRangeTest) or the position is not known."""
     if scheduler is None or not isinstance(iteration, int):
         return None
     try:
-        return reference.lrs_at(scheduler, name, iteration)
+        ran = record_data.decode_lrs(observed)
+        built_at = action.built_at if action is not None else None
+        if built_at is not None and ran is None:
+            return None
+        return reference.step_lrs(scheduler, name, iteration, ran or [], built_at)
     except Exception:  # a scheduler whose parameters are not DeepSpeed's: nothing is claimed for it
         return None
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+WARMUP_CLASSES = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")  # the classes with a formula here
+
 
 def lr_before_start(scheduler: Any, name: str) -> list[Any]:
     """get_lr() before the first step: min_lrs (PR #6597), WarmupCosineLR 0.0 per group (#7969)."""
@@ -34,7 +36,7 @@ def _cosine_at(scheduler: Any, real_last_step: int) -> float:
 def lrs_at(scheduler: Any, name: str | None, iteration: int) -> list[float] | None:
     """Each group's lr the reference's ``name`` gives at ``iteration`` (its last_batch_iteration) with this scheduler's
     parameters; None for a class without a formula here (OneCycle, LRRangeTest: no change was backported)."""
-    if iteration < 0 and name in ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR"):
+    if iteration < 0 and name in WARMUP_CLASSES:
         return [_value(v) for v in lr_before_start(scheduler, name)]
     if name in ("WarmupLR", "WarmupDecayLR"):
         gamma = _gamma(scheduler, name, iteration)
@@ -47,6 +49,17 @@ def lrs_at(scheduler: Any, name: str | None, iteration: int) -> list[float] | No
             ratio = _cosine_at(scheduler, iteration - scheduler.warmup_num_steps + 1)
         return [_value(lr) * ratio for lr in scheduler.org_lrs]
     return None
+
+
+def step_lrs(scheduler: Any, name: str | None, iteration: int, group_lrs: list[Any],
+             built_at: int | None) -> list[float] | None:
+    """Each group's lr the reference runs an optimizer step at, for a scheduler of ``name`` at ``iteration`` whose
+    groups hold ``group_lrs`` when the step runs, built at ``built_at`` (None: at -1, or not known). The reference's
+    constructor writes its start lr only at -1: one built at a later iteration writes nothing until its first step,
+    so a step before that runs at the optimizer's lr, on the reference too. None where there is no formula here."""
+    if built_at is not None and built_at >= 0 and iteration == built_at and name in WARMUP_CLASSES:
+        return [_value(lr) for lr in group_lrs]
+    return lrs_at(scheduler, name, iteration)
 
 
 def _warmup_fraction(scheduler: Any, iteration: int) -> float:

@@ -51,16 +51,31 @@ def lr_value(lr: Any) -> float:
     return float(lr.item()) if hasattr(lr, "item") else float(lr)
 
 
-def write(groups: list[dict[str, Any]], lrs: list[Any]) -> list[Any]:
-    """Write ``lrs`` into the groups as the installed build's own step writes them; returns what the groups hold.
+def write(groups: list[dict[str, Any]], lrs: list[Any], kinds: tuple[Any, ...] | list[Any] | None = None) -> list[Any]:
+    """Write ``lrs`` into the groups as the installed build's own step writes them, a tensor lr kept a tensor (where
+    the group held one, or where ``kinds``, its lrs when the constructor was called, did); returns what the groups
+    hold.
 
     Through the build's ``update_lr`` where it has one (from 0.15.3's code); else as its step assigns, keeping a
     group's tensor lr a tensor of the same dtype and device where its step keeps tensors (a vendor's 0.14.4), and
     in place only where its step writes in place: up to 0.19.3 WarmupCosineLR's org_lrs are the groups' own lr
     objects, and an in-place write would change its whole schedule."""
+    held = list(kinds) if kinds is not None and len(kinds) == len(groups) else [group["lr"] for group in groups]
+    _write_as_the_build(groups, lrs)
+    # The reference's constructor keeps a tensor lr a tensor (PR #8202). A build whose step writes floats (up to
+    # 0.18.0) would turn it into a float (and its own constructor does so with the patch's get_lr() answer), so the
+    # patch's write keeps the tensor, in a new one: the old object may be held by the schedule (org_lrs).
+    for group, old in zip(groups, held):
+        if hasattr(old, "clone") and not hasattr(group["lr"], "clone"):
+            group["lr"] = old.detach().clone().fill_(lr_value(group["lr"]))
+    return [group["lr"] for group in groups]
+
+
+def _write_as_the_build(groups: list[dict[str, Any]], lrs: list[Any]) -> None:
     update_lr = getattr(sys.modules.get(SCHEDULES_MODULE), "update_lr", None)
     if callable(update_lr):
-        return update_lr(groups, lrs)  # type: ignore[no-any-return]
+        update_lr(groups, lrs)
+        return
     step_lr = installed.step_lr()
     for group, lr in zip(groups, lrs):
         held = group["lr"]
@@ -70,7 +85,6 @@ def write(groups: list[dict[str, Any]], lrs: list[Any]) -> list[Any]:
             held.fill_(lr_value(lr))
         else:
             group["lr"] = held.clone().fill_(lr_value(lr))
-    return [group["lr"] for group in groups]
 
 
 def fmt(values: list[Any]) -> str:

@@ -17,7 +17,8 @@ The rules:
 - The counters, the sets of schedulers seen and the warned keys change inside the user's calls (a constructor,
   ``deepspeed.initialize``, an optimizer step). Each change is one step on a built-in object (``+= 1``, ``add``),
   and each scheduler is met by the thread that built or steps it: they need no lock.
-- ``dry`` is per thread: set while warn mode's dry run of a change runs (``schedules.change``).
+- ``dry`` is per thread: set while warn mode's dry run of a change runs (``schedules.change``); ``said`` too, while
+  the start write of a scheduler whose build already said DeepSpeed's warning runs (``upstream.pr6597``).
 
 To add a field: give it a default here (``field(default_factory=...)`` for a container) and a comment that
 says who writes it; ``reset()`` makes it anew with the others.
@@ -115,6 +116,9 @@ class State:
     warned: set[str] = field(default_factory=set)
     # ``dry.on``: this thread runs warn mode's dry run of a change (schedules.change)
     dry: threading.local = field(default_factory=threading.local)
+    # ``said.on``: this thread writes the start lr of a scheduler whose build's constructor already asked get_lr() and
+    # so said DeepSpeed's warning, once as the reference does: the answering wrappers do not ask the original again
+    said: threading.local = field(default_factory=threading.local)
     # see the module's docstring; reset() keeps it
     lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -127,6 +131,16 @@ class State:
             yield
         finally:
             self.dry.on = before
+
+    @contextlib.contextmanager
+    def already_said(self, on: bool) -> Iterator[None]:
+        """While it is open (and ``on``), this thread's answering wrappers leave the original's warning unsaid."""
+        before = getattr(self.said, "on", False)
+        self.said.on = on or before
+        try:
+            yield
+        finally:
+            self.said.on = before
 
 
 STATE = State()

@@ -129,6 +129,11 @@ def decide(versions: dict[str, str | None], active: dict[str, Any],
         why = (f"{name} sets the lr when built, on every release" if name else
                "no DeepSpeed scheduler in the config; a WarmupLR, WarmupDecayLR or WarmupCosineLR built in code "
                "would be, the HF Trainer's own lr_scheduler_type is not")
+        unclaimed = upstream.unclaimed_for(name, deepspeed, config.get("params") or {}) if name and config else ()
+        if unclaimed:  # its start is not the bug, but these later steps run as this release runs them
+            why += "; but " + "; ".join(f"DeepSpeed {deepspeed} lacks {change.key.replace('_', ' ')} ({change.pr}), "
+                                        f"which the patch does not backport: those steps run as DeepSpeed {deepspeed} "
+                                        f"runs them, not as {releases.BEHAVIOR_REFERENCE}" for change in unclaimed)
         return kind, f"{subject}: not affected ({why}) - the patch changes nothing{_mode_note(active)}"
     if kind == "fixed-upstream":
         return kind, f"{subject}: fixed upstream, the patch changes nothing{_mode_note(active)}"

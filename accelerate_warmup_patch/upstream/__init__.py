@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import releases
-from . import pr4688, pr6597, pr7360, pr7633, pr7969, pr8126, pr8142, pr8151, pr8171, pr8202
+from . import pr4688, pr6597, pr7360, pr7633, pr7969, pr8126, pr8142, pr8151, pr8171, pr8179, pr8202
 from .unit import (
     Answer,
     AtConstruction,
@@ -43,6 +43,7 @@ UNITS: tuple[Unit, ...] = (
     pr8142.UNIT,  # 0.19.3
     pr8151.UNIT,  # 0.19.4
     pr8171.UNIT,  # 0.19.4
+    pr8179.UNIT,  # 0.19.4
     pr8202.UNIT,  # 0.19.4
 )
 CHANGES: tuple[Change, ...] = tuple(change for unit in UNITS for change in unit.changes)
@@ -161,6 +162,15 @@ def verdict_of(scheduler: str, deepspeed_version: str, start: releases.Start | N
     last_per_key = {c.key: c for c in missing}  # in release order: the last row wins
     return "fixed upstream; the patch backports " + ", ".join(
         f"{c.key.replace('_', ' ')} ({c.pr})" for c in last_per_key.values())
+
+
+def unclaimed_for(scheduler: str, deepspeed_version: str, params: Mapping[str, Any]) -> tuple[Change, ...]:
+    """The changes this release lacks that the patch does not backport and a scheduler built with ``params`` meets
+    (OneCycle's stair counts, #8179): where the package claims nothing of the reference, in release order."""
+    parsed = releases.parse(deepspeed_version)
+    owner = releases.INHERITS.get(scheduler, scheduler)
+    return tuple(c for c in CHANGES if not c.backported and c.scheduler == owner and parsed < releases.parse(c.release)
+                 and c.meets(params))
 
 
 def backports_for(scheduler: str, deepspeed_version: str, params: Mapping[str, Any]) -> tuple[Change, ...]:

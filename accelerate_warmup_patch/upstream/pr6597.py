@@ -25,7 +25,11 @@ def write_start(building: Building) -> None:
     """The reference constructor's last line: the instance's own get_lr() (a subclass's override too), written into
     every group as the build writes an lr, and kept as _last_lr."""
     scheduler = building.scheduler
-    scheduler._last_lr = building.write(scheduler.get_lr())
+    # A build whose constructor already wrote a start (group 0's, or every group's) asked get_lr() there and said
+    # DeepSpeed's warning; the reference says it once, so this get_lr() does not say it again.
+    with building.already_said(building.start() is not Start.LEAVES_OPTIMIZER_LR):
+        lrs = scheduler.get_lr()
+    scheduler._last_lr = building.write(lrs)
 
 
 def starts_elsewhere(name: str) -> Check:

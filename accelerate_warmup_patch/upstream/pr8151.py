@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import releases
 from ..scratch import TOTAL, WARMUP, Scratch, lrs, same
-from .unit import Applied, AtConstruction, Building, Change, Check, Saved, Unit
+from .unit import Applied, AtConstruction, Building, Change, Check, Outcome, Saved, Unit
 
 KNOWN = ("log", "linear")  # lr_schedules.py @ v0.19.4: WARMUP_LOG_RATE, WARMUP_LINEAR_RATE
 DEFAULT = "log"  # the constructor's default warmup_type, and what an unknown one runs
@@ -34,16 +34,21 @@ def _fails_on_unknown(scratch: Scratch) -> bool:
     return not same(lrs(unknown.optimizer), lrs(log_type.optimizer))
 
 
-def _fall_back_to_log(building: Building) -> None:
+def _fall_back_to_log(building: Building) -> Outcome | None:
+    """The reference's fallback, and what it did: warn mode's one line names it (reset repairs a failing step)."""
     scheduler = building.scheduler
     if scheduler.warmup_type in KNOWN:
-        return
+        return None
+    given = scheduler.warmup_type
     if not building.dry:  # warn mode's dry run adds no line of DeepSpeed's
         from deepspeed.utils import logger  # DeepSpeed's own words, as 0.19.4+ logs them
 
         logger.warning(f"Using unknown warmup_type: {scheduler.warmup_type}. The increasing function "
                        f"is set to default (log)")
     scheduler.warmup_type = DEFAULT
+    return Outcome("its warmup_type", changed=True, warning=(
+        f"its warmup_type {given!r} fails at the first step on DeepSpeed {building.version}, DeepSpeed "
+        f"{releases.BEHAVIOR_REFERENCE} warns and runs log"))
 
 
 def _failed_at_the_first_step(saved: Saved) -> tuple[bool | None, str]:

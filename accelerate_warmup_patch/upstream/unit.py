@@ -26,6 +26,7 @@ what a judgement may read of a save, as ``Saved``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, Union
 
@@ -59,6 +60,9 @@ class Building(Protocol):
     def dry(self) -> bool: ...  # warn mode's dry run: the backport adds no line of DeepSpeed's own
 
     def write(self, lrs: list[Any]) -> list[Any]: ...  # the groups' lrs, as the build's own step writes them
+
+    # while open (and ``on``), the build's own get_lr() warning is not said again (its constructor said it)
+    def already_said(self, on: bool) -> AbstractContextManager[None]: ...
 
     def start(self) -> Start | None: ...  # what the build's class does to the optimizer's lr when built
 

@@ -140,3 +140,13 @@ def test_strict_by_mode(env: str | None, armed: bool, version: str, fails: bool,
                       why_not="site.py does not run there, so no .pth and no sitecustomize is read")
     state, _ = doctor_states.decide({"deepspeed": version}, active)
     assert doctor_states.STATES[state] is fails, state
+
+
+def test_doctor_claims_nothing_of_the_reference_for_onecycles_stair_counts_on_a_release_without_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    config = {"path": "/job/ds_config.json", "scheduler": "OneCycle", "params": {"cycle_first_stair_count": 2}}
+    _, line = doctor_states.decide({"deepspeed": "0.15.2"}, _active(None), config)
+    assert "stair counts (#8179), which the patch does not backport" in line, line
+    _, line = doctor_states.decide({"deepspeed": "0.19.4"}, _active(None), config)
+    assert "stair counts" not in line, line

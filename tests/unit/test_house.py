@@ -243,7 +243,8 @@ REPORTING = ("cli/doctor.py", "cli/doctor_*.py", "cli/arming.py", "cli/status_re
 # and a unit's own facts (``pr8126.RELEASE``). What a build lacks is installed.lacks's to say (the probe's answer,
 # this process's or a child's, else the table's); the changes' list, their keys and the class each changed are what
 # it is made of
-UPSTREAM_LOOKUPS = frozenset({"verdicts", "never_affected", "START", "first_release", "fixed_release", "Change"})
+UPSTREAM_LOOKUPS = frozenset({"verdicts", "never_affected", "START", "first_release", "fixed_release", "Change",
+                              "unclaimed_for"})
 UNIT = re.compile(r"pr\d+")
 # what they may not read of the guard table: its raw rows and a version number's parts (the table's lookups compare)
 TABLE_INSIDES = frozenset({"row", "rows", "parse", "SCHEDULER_STARTS", "WARMUP_MAX_LR_DEFAULTS", "WARMUP_LENGTHS",

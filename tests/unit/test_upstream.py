@@ -229,7 +229,8 @@ def test_a_key_no_change_has_raises_instead_of_answering_false(key: str) -> None
 
 def test_the_change_keys() -> None:
     keys = {"log_of_warmup_steps", "get_last_lr", "start", "get_lr_before_start", "default_peak", "tensor_type",
-            "ratio_before_start", "validation", "ratio_past_warmup", "unknown_warmup_type", "tensor_in_place"}
+            "ratio_before_start", "validation", "ratio_past_warmup", "unknown_warmup_type", "tensor_in_place",
+            "stair_counts"}
     assert keys == upstream.CHANGE_KEYS
 
 

@@ -76,6 +76,9 @@ def judge(report: Report, scheduler: str, params: dict[str, Any], version: str, 
             ran, reference = step0_lrs(fact.value, scheduler, params, report.optimizer_lr, groups or 1)
             found.lrs = Step0Lrs(ran, reference, per_group=bool(groups))
         found.verdict, found.why = NOT_AFFECTED, f"{scheduler} sets the lr when built, on every release"
+        unclaimed = _unclaimed(scheduler, version, params)
+        if unclaimed:  # its start is the reference's, its later steps are not: nothing proves the run as the reference
+            found.verdict, found.why = UNKNOWN, f"{found.why}, but {unclaimed}"
         return found
     if level is releases.Support.UNSUPPORTED or fact is None:
         found.why = (f"DeepSpeed {version} is older than the guard table ({releases.DEEPSPEED_FLOOR}) or has no "
@@ -197,11 +200,29 @@ def step0_lrs(how: releases.Start, scheduler: str, params: dict[str, Any], lr: L
     reference = [number(m) for m in start] if isinstance(start, (list, tuple)) else [number(start)] * groups
     reference = (reference + [None] * groups)[:groups]
     own: list[Lr] = [lr] + [None] * (groups - 1)
+    if built_mid_way(params):  # every release and the reference write a start lr at -1 alone
+        return own, list(own)
     if how is releases.Start.SETS_EVERY_GROUP:
         return list(reference), reference
     if how is releases.Start.SETS_GROUP_0_ONLY:
         return [reference[0], *own[1:]], reference
     return own, reference
+
+
+def _unclaimed(scheduler: str, version: str, params: Mapping[str, Any]) -> str:
+    """What the run's params meet on this release that the patch does not backport, in words; empty where nothing."""
+    try:
+        changes = upstream.unclaimed_for(scheduler, version, params)
+    except ValueError:
+        return ""
+    return "; ".join(f"DeepSpeed {version} lacks {config_facts.label(c)}, not backported: {c.what}" for c in changes)
+
+
+def built_mid_way(params: Mapping[str, Any]) -> bool:
+    """A scheduler configured to start at a later iteration (``last_batch_iteration`` in its params): no release's
+    constructor writes an lr there, the reference's neither, so step 0 runs at the optimizer's lr on each."""
+    iteration = params.get("last_batch_iteration", -1)
+    return isinstance(iteration, int) and not isinstance(iteration, bool) and iteration >= 0
 
 
 def step0_only(change: upstream.Change) -> bool:
