@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import record_data
+from . import bounded, record_data
 from .state import STATE
 
 Fact = record_data.Fact
@@ -35,6 +35,8 @@ class Watch:
     node: str = ""  # "<host>:" where each node saves into a tag folder of its own, so that equal paths stay apart
     writes: dict[str, Fact] = field(default_factory=dict)  # absolute path -> its fact right after the own write
     told: dict[str, Fact | None] = field(default_factory=dict)  # the writer's: what the other ranks told it
+    budget: bounded.Budget = field(default_factory=bounded.Budget)  # this save's time for the store (bounded.py)
+    save: str = ""  # the save's name, alike on every rank (attest.save_id), once the save has begun
 
     def key(self, path: str) -> str:
         return f"{KEY}{self.node}{path}"
@@ -96,25 +98,35 @@ def _tell(this: Watch, path: str, fact: Fact) -> None:
     there when the writer looks after that barrier. Never raises: an untold file leaves the record unbound."""
     if this.store is None:
         return
-    key = this.key(path)
-    try:
-        this.store.set(key, f"{fact[0]}\0{fact[1] or '-'}")
-        this.store.check([key])  # answered after the set on the same connection: the store holds it now
-    except Exception:
-        return
+    key, store = this.key(path), this.store
+    value = f"{fact[0]}\0{fact[1] or '-'}"
+
+    def tell() -> None:
+        store.set(key, value)
+        store.check([key])  # answered after the set on the same connection: the store holds it now
+
+    with contextlib.suppress(Exception):  # bounded.Late too: the writer finds it untold
+        bounded.call(this.budget, "a rank's tell of its file", tell)
 
 
 def _asked(this: Watch, path: str) -> Fact | None:
     """What a rank of this job told about ``path`` in this save, or None (it told nothing, or cannot be asked)."""
     if this.store is None:
         return None
-    key = this.key(path)
-    try:
-        if not this.store.check([key]):  # never ``get`` a missing key: it waits for it
+    key, store = this.key(path), this.store
+
+    def ask() -> Any:
+        if not store.check([key]):  # never ``get`` a missing key: it waits for it
             return None
-        value = this.store.get(key)
+        value = store.get(key)
         with contextlib.suppress(Exception):  # the next save of this tag tells it again
-            this.store.delete_key(key)
+            store.delete_key(key)
+        return value
+
+    try:
+        value = bounded.call(this.budget, "the writer's ask for a rank's file", ask)
+        if value is None:
+            return None
         size, digest = bytes(value).decode("utf-8", "surrogateescape").split("\0")
         return int(size), None if digest == "-" else digest
     except Exception:
@@ -140,9 +152,10 @@ def rewritten_since(folder: str, this: Watch | None, now: dict[str, Fact]) -> st
     written = {name: _written(this, os.path.join(here, name)) for name in now}
     untold = sorted(name for name, fact in written.items() if fact is None)
     if untold:
+        late = f"; {this.budget.given_up}" if this.budget.given_up else ""
         return (f"{_named(untold)}: written by no process of this job that the patch watched in this save (a rank "
                 "not armed, or with records off, or one this process cannot ask), so this save's bytes cannot be "
-                "told from another job's")
+                f"told from another job's{late}")
     changed = record_data.rewritten({name: fact for name, fact in written.items() if fact is not None}, now)
     if not changed:
         return None
