@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import bounded, record_data
+from . import bounded, record_data, torch_file
 from .state import STATE
 
 Fact = record_data.Fact
@@ -37,6 +37,10 @@ class Watch:
     told: dict[str, Fact | None] = field(default_factory=dict)  # the writer's: what the other ranks told it
     budget: bounded.Budget = field(default_factory=bounded.Budget)  # this save's time for the store (bounded.py)
     save: str = ""  # the save's name, alike on every rank (attest.save_id), once the save has begun
+    # absolute path -> its zip directory as read right after the own write (with its identity), so that the writer's
+    # binding reads it no second time (record_data.read_back_known)
+    directories: dict[str, torch_file.ZipDirectory] = field(default_factory=dict)
+    read: Any = None  # the writer's: its binding's read of the tag folder (record_data.ReadBack), for the write
 
     def key(self, path: str) -> str:
         return f"{KEY}{self.node}{path}"
@@ -87,10 +91,27 @@ def own_write_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> An
         path = kwargs.get("path", args[1] if len(args) > 1 else None)
         if isinstance(path, str):
             where = os.path.abspath(path)
-            this.writes[where] = record_data.file_fact(path)  # never raises: a fact of "?" at worst
+            this.writes[where] = _noted(this, where)  # never raises: a fact of "?" at worst
             if not this.writer:
                 _tell(this, where, this.writes[where])
     return result
+
+
+def _noted(this: Watch, path: str) -> Fact:
+    """``path``'s fact as this process's own write left it (record_data.file_fact's), its zip directory kept."""
+    try:
+        found = torch_file.zip_directory(path, known_regular=True)  # just written by torch.save: fstat checks it
+    except (OSError, torch_file.Unreadable):
+        return -1, record_data.UNREADABLE
+    this.directories[path] = found
+    return found.size, record_data.members_digest(found.members) if found.zip else None
+
+
+def known(this: Watch | None, folder: str) -> dict[str, torch_file.ZipDirectory]:
+    """The zip directories this process read of its own writes into ``folder``, by name."""
+    here = os.path.abspath(folder)
+    return {} if this is None else {os.path.basename(path): found for path, found in this.directories.items()
+                                    if os.path.dirname(path) == here}
 
 
 def _tell(this: Watch, path: str, fact: Fact) -> None:

@@ -261,8 +261,11 @@ def _bound_to(engine: Any, folder: str, watch: own_writes.Watch | None) -> dict[
     unheard = _ranks_unheard(engine, watch)
     if unheard is not None:
         return record_data.unbound(unheard)
-    bound, now = record_data.read_back(folder)
-    raced = own_writes.rewritten_since(folder, watch, now) if bound["file"] is not None else None
+    found = record_data.read_back_known(folder, own_writes.known(watch, folder))
+    if watch is not None:
+        watch.read = found
+    bound = found.bound
+    raced = own_writes.rewritten_since(folder, watch, found.facts) if bound["file"] is not None else None
     return record_data.unbound(raced) if raced is not None else bound
 
 
@@ -335,18 +338,25 @@ def _checked(action: Action | None, observed: list[Any], expected: list[float] |
     return action.what
 
 
-def write(folder: str, data: dict[str, Any]) -> None:
-    """``folder``/accelerate_warmup_patch.json, whole or not at all, and nothing left by a kill (whole_file.py).
-    Valid JSON always: the lrs are encoded (record_data.encode_lr), and anything else non-finite is refused."""
-    whole_file.write(folder, FILE_NAME, record_data.fitted(data), record_data.PARTIAL)  # never past a reader's bound
+def write(folder: str, data: dict[str, Any], names: list[str] | None = None) -> None:
+    """``folder``/accelerate_warmup_patch.json, whole or not at all, and nothing left by a kill (whole_file.py;
+    ``names``: the folder's listing where it was just read). Valid JSON always: the lrs are encoded
+    (record_data.encode_lr), and anything else non-finite is refused."""
+    text = record_data.fitted(data)  # never past the bound the job's load and the audit read
+    whole_file.write(folder, FILE_NAME, text, record_data.PARTIAL, names)
 
 
 def write_checked(folder: str, data: dict[str, Any], watch: own_writes.Watch | None) -> None:
-    """``write``, then the binding read again: where the folder changed while the record was written (another job
-    saving the same tag), the record is written again, unbound, saying so (docs/mark.md, "A race")."""
-    write(folder, data)
+    """``write``, then the binding checked again: where the folder changed while the record was written (another job
+    saving the same tag), the record is written again, unbound, saying so (docs/mark.md, "A race"). Where this save's
+    binding read the folder (``watch.read``), a stat of each bound file that shows the very file read is that check;
+    else, or where one changed, the binding is read again."""
+    found = watch.read if watch is not None and isinstance(watch.read, record_data.ReadBack) else None
+    write(folder, data, found.names if found is not None else None)
     bound = data["bound_to"]
     if bound.get("file") is None:
+        return
+    if found is not None and found.bound == bound and record_data.unchanged(folder, found.identities):
         return
     again, now = record_data.read_back(folder)
     raced = own_writes.rewritten_since(folder, watch, now) if again.get("file") is not None else again.get("unbound")

@@ -17,15 +17,16 @@ import re
 import time
 
 PROC_FD = "/proc/self/fd/"
-STALE_S = 600  # a file of a few KB is written in milliseconds: a temporary one this old was left by a killed process
+STALE_S = 60  # a file of a few KB is written in milliseconds: a temporary one this old was left by a killed process
 
 
-def write(folder: str, name: str, text: str, partial: re.Pattern[str]) -> None:
-    """``folder``/``name`` holding ``text``, whole or not at all; ``partial`` matches the temporary names (the first
-    group of ``.{stem}.<hex>.partial``). Raises FileNotFoundError where ``folder`` is not a folder."""
+def write(folder: str, name: str, text: str, partial: re.Pattern[str], names: list[str] | None = None) -> None:
+    """``folder``/``name`` holding ``text``, whole or not at all; ``partial`` matches the temporary names
+    (``.{stem}.<hex>.partial``), which ``clean`` removes first (from ``names``, the folder's listing, where the caller
+    has just read it). Raises FileNotFoundError where ``folder`` is not a folder."""
     data = text.encode("utf-8")
     stem = os.path.splitext(name)[0]
-    clean(folder, partial)
+    clean(folder, partial, names)
     try:
         # the permissions of the checkpoint's own files (0666 less the umask), not mkstemp's 0600
         handle = os.open(folder, os.O_TMPFILE | os.O_WRONLY, 0o666)
@@ -88,11 +89,11 @@ def _write_all(handle: int, data: bytes) -> None:
         view = view[os.write(handle, view):]
 
 
-def clean(folder: str, partial: re.Pattern[str]) -> None:
+def clean(folder: str, partial: re.Pattern[str], names: list[str] | None = None) -> None:
     """Remove the temporary files of earlier writes into ``folder`` that a killed process left (another job's write
-    in progress, younger than STALE_S, is left alone). Never raises."""
+    in progress, younger than STALE_S, is left alone; ``names``: the folder's listing, where known). Never raises."""
     try:
-        names = os.listdir(folder)
+        names = os.listdir(folder) if names is None else names
     except OSError:
         return
     now = time.time()

@@ -26,8 +26,8 @@ def arm(mode: str | None) -> None:
 
 
 arm("reset" if RANK == 0 else None)
-import deepspeed  # noqa: E402  (after the arming: the patch's hooks fire at this import)
-import torch  # noqa: E402
+import deepspeed  # after the arming: the patch's hooks fire at this import
+import torch
 
 
 def run(zero: int, save_to: str) -> list[float]:
