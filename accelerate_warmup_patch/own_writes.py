@@ -114,6 +114,15 @@ def known(this: Watch | None, folder: str) -> dict[str, torch_file.ZipDirectory]
                                     if os.path.dirname(path) == here}
 
 
+def all_read(this: Watch | None, folder: str) -> bool:
+    """Whether this process wrote states files into ``folder`` in this save and read each one's zip directory."""
+    if this is None:
+        return False
+    here = os.path.abspath(folder)
+    mine = [path for path in this.writes if os.path.dirname(path) == here]
+    return bool(mine) and all(path in this.directories for path in mine)
+
+
 def _tell(this: Watch, path: str, fact: Fact) -> None:
     """Put this rank's fact of ``path`` in the job's store, before save_checkpoint's closing barrier, so that it is
     there when the writer looks after that barrier. Never raises: an untold file leaves the record unbound."""

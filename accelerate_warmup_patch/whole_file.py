@@ -34,7 +34,7 @@ def write(folder: str, name: str, text: str, partial: re.Pattern[str], names: li
         raise FileNotFoundError(f"no checkpoint folder {folder!r} (a checkpoint engine that writes elsewhere?)") \
             from error
     except (AttributeError, OSError):  # no O_TMPFILE here: the temporary name, then the rename
-        _through_a_temporary_name(folder, name, stem, data)
+        _through_a_temporary_name(folder, name, stem, data, partial if names is not None else None)
         return
     try:
         _write_all(handle, data)
@@ -46,7 +46,7 @@ def write(folder: str, name: str, text: str, partial: re.Pattern[str], names: li
             _name(handle, temporary)
             _renamed(temporary, os.path.join(folder, name))
         except OSError:  # no /proc to name it by, or a file system without hard links
-            _through_a_temporary_name(folder, name, stem, data)
+            _through_a_temporary_name(folder, name, stem, data, partial if names is not None else None)
     finally:
         os.close(handle)
 
@@ -57,7 +57,10 @@ def _name(handle: int, path: str) -> None:
     os.link(f"{PROC_FD}{handle}", path, src_dir_fd=handle, follow_symlinks=True)
 
 
-def _through_a_temporary_name(folder: str, name: str, stem: str, data: bytes) -> None:
+def _through_a_temporary_name(folder: str, name: str, stem: str, data: bytes,
+                              partial: re.Pattern[str] | None = None) -> None:
+    if partial is not None:
+        clean(folder, partial)  # the only write that can leave a temporary file: the leftovers of earlier ones go
     temporary = _temporary(folder, stem)
     handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:

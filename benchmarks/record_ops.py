@@ -112,6 +112,40 @@ def counted(trace: str, out: str) -> dict[int, dict[str, object]]:
     return result
 
 
+def store_cost(world_sizes: list[int], rounds: int) -> None:
+    """Each rank's word and the writer's read of them all, through a real TCPStore on 127.0.0.1 (one client per
+    simulated rank would need as many processes: the ranks' tells are made from one client here, and the writer's
+    read is what it is at that size). Prints, per world size, the median time of one rank's tell and of the writer's
+    read of every word, and the store calls of each."""
+    import datetime
+    import socket
+
+    import torch.distributed as dist
+
+    from accelerate_warmup_patch import attest, bounded
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    server = dist.TCPStore("127.0.0.1", port, 1, True, timeout=datetime.timedelta(seconds=30))
+    for size in world_sizes:
+        tells, reads = [], []
+        for round_ in range(rounds):
+            save = f"save{round_}"
+            for rank in range(1, size):
+                began = time.perf_counter()
+                attest.tell(server, bounded.Budget(), rank, attest.Word(save, "reset", "as 0.19.8 runs it"))
+                tells.append(time.perf_counter() - began)
+            began = time.perf_counter()
+            why = attest.unheard(server, bounded.Budget(), world_size=size, own_rank=0,
+                                 own=attest.Word(save, "reset", "as 0.19.8 runs it"))
+            reads.append(time.perf_counter() - began)
+            assert why is None, why
+        print(f"  {size} ranks: a rank's tell {_median(tells) * 1e3:.2f} ms (a set and a check, one bounded call); "
+              f"the writer's read of {size - 1} words {_median(reads) * 1e3:.2f} ms (a check and a multi_get, one "
+              "bounded call)")
+
+
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -125,9 +159,13 @@ def main() -> None:
     parser.add_argument("--zero", type=int, default=0)
     parser.add_argument("--port", type=int, default=int(os.environ.get("AWP_PORT_BASE", "29740")) + 54)
     parser.add_argument("--delay-ms", type=float, nargs="*", default=[2.0, 10.0])
+    parser.add_argument("--store-ranks", type=int, nargs="*", help="only the store's cost at these world sizes")
     args = parser.parse_args()
     if args.job:
         job(args.job, args.tensors, args.saves, args.zero)
+        return
+    if args.store_ranks:
+        store_cost(args.store_ranks, rounds=7)
         return
     if shutil.which("strace") is None:
         sys.exit("strace is not installed: apt-get install strace")
