@@ -114,6 +114,13 @@ def known(this: Watch | None, folder: str) -> dict[str, torch_file.ZipDirectory]
                                     if os.path.dirname(path) == here}
 
 
+def noted_in(this: Watch | None, folder: str) -> dict[str, tuple[torch_file.ZipDirectory, Fact]]:
+    """The zip directory and fact of each of this process's own writes into ``folder`` that it read, by name."""
+    here = os.path.abspath(folder)
+    return {} if this is None else {os.path.basename(path): (found, this.writes[path])
+                                    for path, found in this.directories.items() if os.path.dirname(path) == here}
+
+
 def all_read(this: Watch | None, folder: str) -> bool:
     """Whether this process wrote states files into ``folder`` in this save and read each one's zip directory."""
     if this is None:

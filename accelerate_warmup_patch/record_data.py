@@ -179,20 +179,20 @@ def read_back_known(folder: str, known: dict[str, torch_file.ZipDirectory]) -> R
     return found
 
 
-def bound_from_own(own: dict[str, torch_file.ZipDirectory]) -> ReadBack | None:
+def bound_from_own(own: dict[str, tuple[torch_file.ZipDirectory, Fact]]) -> ReadBack | None:
     """The binding of a save whose every states file this process wrote itself (a job of one rank), from the zip
-    directory each of its own torch.saves left (``own``, by name), with no listing and no read; None where its
-    lowest-ranked model-states file is not a zip (the folder is then read back, and says why). A file of another
-    run left beside them is not bound: the audit, which binds every states file of the folder, then finds the
-    record "not that save's"."""
+    directory each of its own torch.saves left and the fact computed from it then (``own``, by name), with no listing,
+    no read and no second digest; None where its lowest-ranked model-states file is not a zip (the folder is then
+    read back, and says why). A file of another run left beside them is not bound: the audit, which binds every
+    states file of the folder, then finds the record "not that save's"."""
     names = bound_files(list(own))
-    if not names or not own[names[0]].zip:
+    if not names or not own[names[0]][0].zip:
         return None
-    facts: dict[str, Fact] = {name: (own[name].size, members_digest(own[name].members) if own[name].zip else None)
-                              for name in names}
-    bound = binding(names[0], own[names[0]].size, own[names[0]].members)
-    bound["others"] = others_binding([(other, *facts[other]) for other in names[1:]])
-    return ReadBack(bound, facts, names=[], identities={name: own[name].identity for name in names})
+    facts = {name: own[name][1] for name in names}
+    first, (size, digest) = own[names[0]][0], facts[names[0]]
+    bound = {"file": names[0], "size": size, "members": len(first.members), "digest": digest,
+             "others": others_binding([(other, *facts[other]) for other in names[1:]])}
+    return ReadBack(bound, facts, names=[], identities={name: own[name][0].identity for name in names})
 
 
 def _directory(path: str, known: torch_file.ZipDirectory | None) -> torch_file.ZipDirectory:

@@ -264,7 +264,8 @@ def _bound_to(engine: Any, folder: str, watch: own_writes.Watch | None) -> dict[
     own = own_writes.known(watch, folder)
     # a job of one rank wrote every states file in this process: bound from what its own writes left, and checked
     # by a stat of each after the record is written (write_checked)
-    found = record_data.bound_from_own(own) if attest.world() == 1 and own_writes.all_read(watch, folder) else None
+    found = record_data.bound_from_own(own_writes.noted_in(watch, folder)) \
+        if attest.world() == 1 and own_writes.all_read(watch, folder) else None
     raced = None
     if found is None:
         found = record_data.read_back_known(folder, own)

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 MARK = "/awp-record-ops-mark"  # a stat of this path (it never exists) marks a save's begin and end in the trace
@@ -80,7 +81,17 @@ def _env(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
-def counted(trace: str, out: str) -> dict[int, dict[str, object]]:
+@dataclass
+class Save:
+    """One save's calls on the save folder, as the trace shows them."""
+
+    record: str  # "on" or "off"
+    ops: int = 0
+    zip_reads: int = 0
+    calls: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
+def counted(trace: str, out: str) -> dict[int, Save]:
     """Per save: "on"/"off", the calls touching ``out`` between its first begin and its last end mark (every rank's),
     the opens of a states file for reading, and each call's name with its count."""
     windows: dict[int, list[int]] = {}
@@ -94,21 +105,18 @@ def counted(trace: str, out: str) -> dict[int, dict[str, object]]:
             state[index] = found.group(3)
             bounds = windows.setdefault(index, [number, number])
             bounds[0], bounds[1] = min(bounds[0], number), max(bounds[1], number)
-    result: dict[int, dict[str, object]] = {}
+    result: dict[int, Save] = {}
     call = re.compile(r"^(?:\[pid\s+\d+\]\s+|\d+\s+)?(\w+)\(")
     for index, (first, last) in sorted(windows.items()):
-        names: collections.Counter[str] = collections.Counter()
-        reads = 0
+        save = result[index] = Save(state[index])
         for line in lines[first:last + 1]:
-            if out not in line or MARK in line or "resumed>" in line and "<..." in line:
-                continue
             match = call.search(line)
-            if not match:
+            if out not in line or MARK in line or ("resumed>" in line and "<..." in line) or not match:
                 continue
-            names[match.group(1)] += 1
+            save.calls[match.group(1)] += 1
+            save.ops += 1
             if match.group(1) in ("openat", "open") and "_states.pt" in line and "O_RDONLY" in line:
-                reads += 1
-        result[index] = {"record": state[index], "ops": sum(names.values()), "zip_reads": reads, "calls": dict(names)}
+                save.zip_reads += 1
     return result
 
 
@@ -177,11 +185,11 @@ def main() -> None:
     subprocess.run(_command(args, timed), env=_env(args), check=True, capture_output=True)
     per_save = counted(trace, traced)
     times = [json.loads(Path(timed, f"times{rank}.json").read_text()) for rank in range(args.ranks)]
-    by = {kind: [save for save in per_save.values() if save["record"] == kind] for kind in ("on", "off")}
-    ops = {kind: _median([float(save["ops"]) for save in saves]) for kind, saves in by.items()}  # type: ignore[arg-type]
-    reads = {kind: _median([float(save["zip_reads"]) for save in saves]) for kind, saves in by.items()}  # type: ignore[arg-type]
-    wall = {kind: _median([max(t[index][1] for t in times) for index in range(args.saves) if times[0][index][0] == kind])
-            for kind in ("on", "off")}
+    by = {kind: [save for save in per_save.values() if save.record == kind] for kind in ("on", "off")}
+    ops = {kind: _median([float(save.ops) for save in saves]) for kind, saves in by.items()}
+    reads = {kind: _median([float(save.zip_reads) for save in saves]) for kind, saves in by.items()}
+    wall = {kind: _median([max(each[index][1] for each in times) for index in range(args.saves)
+                           if times[0][index][0] == kind]) for kind in ("on", "off")}
     added = ops["on"] - ops["off"]
     print(f"ranks {args.ranks}, tensors {args.tensors}, saves {args.saves} (medians a save, all ranks together)")
     print(f"  file-system calls on the save folder: off {ops['off']:g}, on {ops['on']:g}: added {added:g}")
@@ -190,9 +198,9 @@ def main() -> None:
           f"added {(wall['on'] - wall['off']) * 1e3:.1f} ms")
     for delay in args.delay_ms:
         print(f"  modelled at {delay:g} ms an operation: added {added * delay:.0f} ms a save")
-    on, off = by["on"][0]["calls"], by["off"][0]["calls"]  # type: ignore[index]
-    extra = {name: on.get(name, 0) - off.get(name, 0) for name in set(on) | set(off)}  # type: ignore[union-attr,attr-defined]
-    print("  added calls of one save:", ", ".join(f"{name} {count:+d}" for name, count in sorted(extra.items()) if count))
+    on, off = by["on"][0].calls, by["off"][0].calls
+    extra = sorted((name, on[name] - off[name]) for name in set(on) | set(off) if on[name] != off[name])
+    print("  added calls of one save:", ", ".join(f"{name} {count:+d}" for name, count in extra))
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -203,3 +203,23 @@ def test_a_resumed_job_hands_on_only_a_story_of_its_own_shape(tmp_path: Path, mo
     assert history.step0["how"] == "unbound" and "of 1300 param groups, this job's optimizer has 1" in \
         history.step0["why"], history.step0
     assert len(record_data.fitted({"step0": history.step0, "loads": history.loads})) < 1000
+
+
+def test_a_one_rank_save_is_bound_from_its_own_writes_as_a_read_of_the_folder_binds_it(tmp_path: Path) -> None:
+    # #56 item 1: each zip directory read once (right after the own torch.save), no listing; the same binding
+    import shutil
+
+    from test_audit_proof import _zero3_save
+
+    tag = _zero3_save(tmp_path / "run", 1e-3)
+    watch = own_writes.Watch(writer=True)
+    for path in sorted(tag.iterdir()):
+        saved = shutil.copy(path, tmp_path / path.name)
+        with own_writes.saving(watch):
+            own_writes.own_write_wrapper(lambda state, where, source=saved: shutil.copy(source, where), None,
+                                         ({}, str(path)), {})
+    found = record_data.bound_from_own(own_writes.noted_in(watch, str(tag)))
+    assert found is not None and found.bound == record_data.read_back(str(tag))[0], found
+    assert found.bound["others"]["files"] == 2 and record_data.unchanged(str(tag), found.identities)
+    (tag / "layer_01-model_states.pt").write_bytes((tag / "layer_01-model_states.pt").read_bytes() + b"\0")
+    assert not record_data.unchanged(str(tag), found.identities)  # another write since: a stat tells
