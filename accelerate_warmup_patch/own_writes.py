@@ -41,6 +41,7 @@ class Watch:
     # binding reads it no second time (record_data.read_back_known)
     directories: dict[str, torch_file.ZipDirectory] = field(default_factory=dict)
     read: Any = None  # the writer's: its binding's read of the tag folder (record_data.ReadBack), for the write
+    identities: dict[str, tuple[int, ...]] = field(default_factory=dict)  # the writer's: each told file's identity
 
     def key(self, path: str) -> str:
         return f"{KEY}{self.node}{path}"
@@ -121,6 +122,16 @@ def noted_in(this: Watch | None, folder: str) -> dict[str, tuple[torch_file.ZipD
                                     for path, found in this.directories.items() if os.path.dirname(path) == here}
 
 
+def told_fact(this: Watch | None, path: str) -> tuple[Fact, tuple[int, ...]] | None:
+    """What another rank told of ``path`` in this save with the identity its own read saw (asked once), so that the
+    writer's binding takes it where a stat shows the very file: None where nothing was told with one."""
+    if this is None or path in this.writes:
+        return None
+    fact = _written(this, path)
+    identity = this.identities.get(path)
+    return (fact, identity) if fact is not None and identity else None
+
+
 def all_read(this: Watch | None, folder: str) -> bool:
     """Whether this process wrote states files into ``folder`` in this save and read each one's zip directory."""
     if this is None:
@@ -136,7 +147,9 @@ def _tell(this: Watch, path: str, fact: Fact) -> None:
     if this.store is None:
         return
     key, store = this.key(path), this.store
-    value = f"{fact[0]}\0{fact[1] or '-'}"
+    found = this.directories.get(path)
+    identity = ",".join(str(part) for part in found.identity) if found is not None else ""
+    value = f"{fact[0]}\0{fact[1] or '-'}\0{identity}"  # the identity lets the writer stat it, not read it again
 
     def tell() -> None:
         store.set(key, value)
@@ -164,7 +177,9 @@ def _asked(this: Watch, path: str) -> Fact | None:
         value = bounded.call(this.budget, "the writer's ask for a rank's file", ask)
         if value is None:
             return None
-        size, digest = bytes(value).decode("utf-8", "surrogateescape").split("\0")
+        size, digest, identity = bytes(value).decode("utf-8", "surrogateescape").split("\0")
+        if identity:
+            this.identities[path] = tuple(int(part) for part in identity.split(","))
         return int(size), None if digest == "-" else digest
     except Exception:
         return None

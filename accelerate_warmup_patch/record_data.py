@@ -18,7 +18,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from . import torch_file
 
@@ -144,10 +144,12 @@ class ReadBack:
     identities: dict[str, tuple[int, ...]] = field(default_factory=dict)  # name -> torch_file.identity as read
 
 
-def read_back_known(folder: str, known: dict[str, torch_file.ZipDirectory]) -> ReadBack:
+def read_back_known(folder: str, known: dict[str, torch_file.ZipDirectory],
+                    told: Callable[[str], tuple[Fact, tuple[int, ...]] | None] = lambda name: None) -> ReadBack:
     """``read_back``, where the zip directory of a file this process read already (``known``, by name: what its
-    own torch.save left, read right after it) is taken again without a second read wherever a stat shows the same
-    file (torch_file.identity): one read of each zip directory a save, and a stat."""
+    own torch.save left, read right after it), or the fact of another states file that another rank read after its
+    own torch.save of it (``told(name)``: its fact and the identity it read), is taken without a second read
+    wherever a stat shows the same file (torch_file.identity): one read of each zip directory a save, and a stat."""
     try:
         names: list[str] | None = os.listdir(folder)
     except OSError:
@@ -167,8 +169,13 @@ def read_back_known(folder: str, known: dict[str, torch_file.ZipDirectory]) -> R
         return found
     found.facts[name], found.identities[name] = (directory.size, members_digest(directory.members)), directory.identity
     for other in others:
+        path = os.path.join(folder, other)
+        heard = told(other) if other not in known else None
         try:
-            read = _directory(os.path.join(folder, other), known.get(other))
+            if heard is not None and torch_file.identity(os.stat(path)) == heard[1]:
+                found.facts[other], found.identities[other] = heard
+                continue
+            read = _directory(path, known.get(other))
         except (OSError, torch_file.Unreadable):
             found.facts[other] = -1, UNREADABLE
             continue

@@ -223,3 +223,48 @@ def test_a_one_rank_save_is_bound_from_its_own_writes_as_a_read_of_the_folder_bi
     assert found.bound["others"]["files"] == 2 and record_data.unchanged(str(tag), found.identities)
     (tag / "layer_01-model_states.pt").write_bytes((tag / "layer_01-model_states.pt").read_bytes() + b"\0")
     assert not record_data.unchanged(str(tag), found.identities)  # another write since: a stat tells
+
+
+def test_the_writer_reads_no_zip_directory_another_rank_read_and_told_unless_a_stat_shows_another_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # #56 item 1 with several ranks: rank 1 tells its fact with the identity its own read saw
+    import shutil
+
+    from test_audit_proof import _zero3_save
+
+    from accelerate_warmup_patch import torch_file
+
+    tag = _zero3_save(tmp_path / "run", 1e-3)
+    partition = tag / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    shutil.copy(tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt", tmp_path / "rank1.pt")
+    store = JobStore()
+    writer, rank1 = own_writes.Watch(True, store), own_writes.Watch(False, store)
+    for path in sorted(tag.iterdir()):
+        saved = shutil.copy(path, tmp_path / path.name)
+        with own_writes.saving(writer):
+            own_writes.own_write_wrapper(lambda state, where, source=saved: shutil.copy(source, where), None,
+                                         ({}, str(path)), {})
+    with own_writes.saving(rank1):
+        own_writes.own_write_wrapper(lambda state, where: shutil.copy(tmp_path / "rank1.pt", where), None,
+                                     ({}, str(partition)), {})
+    reads: list[str] = []
+    real = torch_file.zip_directory
+    monkeypatch.setattr(torch_file, "zip_directory", lambda path, *a, **k: reads.append(path) or real(path, *a, **k))
+
+    def told(name: str) -> tuple[record_data.Fact, tuple[int, ...]] | None:
+        return own_writes.told_fact(writer, os.path.join(os.path.abspath(tag), name))
+
+    found = record_data.read_back_known(str(tag), own_writes.known(writer, str(tag)), told)
+    assert reads == [] and found.bound == record_data.read_back(str(tag))[0], reads
+    assert own_writes.rewritten_since(str(tag), writer, found.facts) is None
+    # another job's rank 1 writes its partition after this job's rank 1 did and told: a stat shows it, and it is read
+    with own_writes.saving(rank1):
+        own_writes.own_write_wrapper(lambda state, where: shutil.copy(tmp_path / "rank1.pt", where), None,
+                                     ({}, str(partition)), {})
+    shutil.copy(tag / "layer_01-model_states.pt", partition)
+    writer.told.clear()
+    reads.clear()
+    again = record_data.read_back_known(str(tag), own_writes.known(writer, str(tag)), told)
+    assert reads == [str(partition)], reads
+    assert "zero_pp_rank_1_mp_rank_00_optim_states.pt: not the bytes this job wrote" in str(
+        own_writes.rewritten_since(str(tag), writer, again.facts))
