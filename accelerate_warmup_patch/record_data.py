@@ -145,11 +145,14 @@ class ReadBack:
 
 
 def read_back_known(folder: str, known: dict[str, torch_file.ZipDirectory],
-                    told: Callable[[str], tuple[Fact, tuple[int, ...]] | None] = lambda name: None) -> ReadBack:
+                    told: Callable[[str], tuple[Fact, tuple[int, ...]] | None] = lambda name: None,
+                    checked_later: bool = False) -> ReadBack:
     """``read_back``, where the zip directory of a file this process read already (``known``, by name: what its
     own torch.save left, read right after it), or the fact of another states file that another rank read after its
     own torch.save of it (``told(name)``: its fact and the identity it read), is taken without a second read
-    wherever a stat shows the same file (torch_file.identity): one read of each zip directory a save, and a stat."""
+    wherever a stat shows the same file (torch_file.identity): one read of each zip directory a save, and a stat.
+    ``checked_later``: the caller stats every bound file after it wrote the record (``unchanged``), which shows any
+    write since those reads: they are taken without a stat now."""
     try:
         names: list[str] | None = os.listdir(folder)
     except OSError:
@@ -160,7 +163,7 @@ def read_back_known(folder: str, known: dict[str, torch_file.ZipDirectory],
     name, others = bound_names[0], bound_names[1:]
     found = ReadBack({}, names=names)
     try:
-        directory = _directory(os.path.join(folder, name), known.get(name))
+        directory = _directory(os.path.join(folder, name), known.get(name), checked_later)
     except (OSError, torch_file.Unreadable) as error:
         found.bound = unbound(_not_a_zip(name, type(error).__name__, str(error)))
         return found
@@ -172,10 +175,10 @@ def read_back_known(folder: str, known: dict[str, torch_file.ZipDirectory],
         path = os.path.join(folder, other)
         heard = told(other) if other not in known else None
         try:
-            if heard is not None and torch_file.identity(os.stat(path)) == heard[1]:
+            if heard is not None and (checked_later or torch_file.identity(os.stat(path)) == heard[1]):
                 found.facts[other], found.identities[other] = heard
                 continue
-            read = _directory(path, known.get(other))
+            read = _directory(path, known.get(other), checked_later)
         except (OSError, torch_file.Unreadable):
             found.facts[other] = -1, UNREADABLE
             continue
@@ -202,9 +205,12 @@ def bound_from_own(own: dict[str, tuple[torch_file.ZipDirectory, Fact]]) -> Read
     return ReadBack(bound, facts, names=[], identities={name: own[name][0].identity for name in names})
 
 
-def _directory(path: str, known: torch_file.ZipDirectory | None) -> torch_file.ZipDirectory:
-    """``known`` where a stat shows the very file it was read from, else the file's zip directory read now."""
-    if known is not None and known.identity and torch_file.identity(os.stat(path)) == known.identity:
+def _directory(path: str, known: torch_file.ZipDirectory | None,
+               checked_later: bool = False) -> torch_file.ZipDirectory:
+    """``known`` where a stat shows the very file it was read from (or will: ``checked_later``), else the file's
+    zip directory read now."""
+    if known is not None and known.identity and (checked_later or
+                                                 torch_file.identity(os.stat(path)) == known.identity):
         return known
     return torch_file.zip_directory(path)
 
