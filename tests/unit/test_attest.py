@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -249,7 +250,12 @@ def test_the_writer_reads_no_zip_directory_another_rank_read_and_told_unless_a_s
                                      ({}, str(partition)), {})
     reads: list[str] = []
     real = torch_file.zip_directory
-    monkeypatch.setattr(torch_file, "zip_directory", lambda path, *a, **k: reads.append(path) or real(path, *a, **k))
+
+    def counted(path: str, *args: Any, **kwargs: Any) -> torch_file.ZipDirectory:
+        reads.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(torch_file, "zip_directory", counted)
 
     def told(name: str) -> tuple[record_data.Fact, tuple[int, ...]] | None:
         return own_writes.told_fact(writer, os.path.join(os.path.abspath(tag), name))
