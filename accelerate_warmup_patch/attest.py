@@ -97,7 +97,8 @@ def world() -> int:
 
 
 def save_id(save_dir: Any, tag: Any, global_steps: int) -> str:
-    """The same on every rank of one save: the folder and tag as the user's call named them, and the step count."""
+    """The same on every rank of one save: the folder (None where each node names its own) and tag as the user's call
+    named them, and the step count."""
     return hashlib.sha256(f"{save_dir}\0{tag}\0{global_steps}".encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 

@@ -160,7 +160,8 @@ def _tell_the_writer(engine: Any, this: own_writes.Watch, given: Callable[[], di
     but the writer; each where every node writes its own), put this rank's word in the job's store (attest.py)."""
     try:
         named = given()
-        this.save = attest.save_id(named["save_dir"], named["tag"], int(engine.global_steps))
+        # with node-local storage each node names a save_dir of its own: the tag and step count name the save
+        this.save = attest.save_id(None if this.node else named["save_dir"], named["tag"], int(engine.global_steps))
         if this.store is not None and (not this.writer or this.node):
             word = attest.word_of(engine, str(STATE.mode), this.save)
             attest.tell(this.store, this.budget, _global_rank(engine), word)
