@@ -122,14 +122,16 @@ def noted_in(this: Watch | None, folder: str) -> dict[str, tuple[torch_file.ZipD
                                     for path, found in this.directories.items() if os.path.dirname(path) == here}
 
 
-def told_fact(this: Watch | None, path: str) -> tuple[Fact, tuple[int, ...]] | None:
-    """What another rank told of ``path`` in this save with the identity its own read saw (asked once), so that the
-    writer's binding takes it where a stat shows the very file: None where nothing was told with one."""
-    if this is None or path in this.writes:
-        return None
-    fact = _written(this, path)
-    identity = this.identities.get(path)
-    return (fact, identity) if fact is not None and identity else None
+def told_facts(this: Watch | None, folder: str, names: list[str]) -> dict[str, tuple[Fact, tuple[int, ...]]]:
+    """What the other ranks told of the files ``names`` in ``folder`` in this save, each with the identity its own
+    read saw (asked at once: ask_all), so that the writer's binding takes them without reading them again; a file
+    told without one is left out."""
+    if this is None:
+        return {}
+    paths = {name: os.path.join(os.path.abspath(folder), name) for name in names}
+    ask_all(this, list(paths.values()))
+    found = {name: (this.told.get(path), this.identities.get(path)) for name, path in paths.items()}
+    return {name: (fact, identity) for name, (fact, identity) in found.items() if fact is not None and identity}
 
 
 def all_read(this: Watch | None, folder: str) -> bool:
@@ -174,15 +176,46 @@ def _asked(this: Watch, path: str) -> Fact | None:
         return value
 
     try:
-        value = bounded.call(this.budget, "the writer's ask for a rank's file", ask)
-        if value is None:
-            return None
+        return _parsed(this, path, bounded.call(this.budget, "the writer's ask for a rank's file", ask))
+    except Exception:
+        return None
+
+
+def _parsed(this: Watch, path: str, value: Any) -> Fact | None:
+    """A told value as its fact (its identity kept in ``this.identities``); None for none, or one not ours."""
+    if value is None:
+        return None
+    try:
         size, digest, identity = bytes(value).decode("utf-8", "surrogateescape").split("\0")
         if identity:
             this.identities[path] = tuple(int(part) for part in identity.split(","))
         return int(size), None if digest == "-" else digest
-    except Exception:
+    except ValueError:
         return None
+
+
+def ask_all(this: Watch, paths: list[str]) -> None:
+    """Ask what the other ranks told of ``paths`` (those this process did not write and has not asked) in one bounded
+    call: a ``check`` of them all and a ``multi_get`` (a ``check`` each only where some are missing), then each key
+    removed; what is not there, or not asked in time, stays untold."""
+    wanted = [path for path in paths if path not in this.writes and path not in this.told]
+    got: dict[str, Any] = {}
+    if wanted and this.store is not None:
+        store, keys = this.store, [this.key(path) for path in wanted]
+
+        def ask() -> dict[str, Any]:
+            present = keys if store.check(keys) else [key for key in keys if store.check([key])]
+            many = getattr(store, "multi_get", None)
+            values = many(present) if callable(many) and present else [store.get(key) for key in present]
+            for key in present:
+                with contextlib.suppress(Exception):  # the next save of this tag tells it again
+                    store.delete_key(key)
+            return dict(zip(present, values))
+
+        with contextlib.suppress(Exception):
+            got = bounded.call(this.budget, "the writer's ask for the ranks' files", ask)
+    for path in wanted:
+        this.told[path] = _parsed(this, path, got.get(this.key(path)))
 
 
 def _written(this: Watch, path: str) -> Fact | None:

@@ -145,11 +145,11 @@ class ReadBack:
 
 
 def read_back_known(folder: str, known: dict[str, torch_file.ZipDirectory],
-                    told: Callable[[str], tuple[Fact, tuple[int, ...]] | None] = lambda name: None,
+                    told: Callable[[list[str]], dict[str, tuple[Fact, tuple[int, ...]]]] = lambda names: {},
                     checked_later: bool = False) -> ReadBack:
     """``read_back``, where the zip directory of a file this process read already (``known``, by name: what its
     own torch.save left, read right after it), or the fact of another states file that another rank read after its
-    own torch.save of it (``told(name)``: its fact and the identity it read), is taken without a second read
+    own torch.save of it (``told(names)``: by name, its fact and the identity it read), is taken without a second read
     wherever a stat shows the same file (torch_file.identity): one read of each zip directory a save, and a stat.
     ``checked_later``: the caller stats every bound file after it wrote the record (``unchanged``), which shows any
     write since those reads: they are taken without a stat now."""
@@ -171,9 +171,10 @@ def read_back_known(folder: str, known: dict[str, torch_file.ZipDirectory],
         found.bound = unbound(_not_a_zip(name, "BadZipFile", directory.why))
         return found
     found.facts[name], found.identities[name] = (directory.size, members_digest(directory.members)), directory.identity
+    heard_of = told([other for other in others if other not in known]) if others else {}
     for other in others:
         path = os.path.join(folder, other)
-        heard = told(other) if other not in known else None
+        heard = heard_of.get(other) if other not in known else None
         try:
             if heard is not None and (checked_later or torch_file.identity(os.stat(path)) == heard[1]):
                 found.facts[other], found.identities[other] = heard

@@ -269,9 +269,7 @@ def _bound_to(engine: Any, folder: str, watch: own_writes.Watch | None) -> dict[
         if attest.world() == 1 and own_writes.all_read(watch, folder) else None
     raced = None
     if found is None:
-        here = os.path.abspath(folder)
-        found = record_data.read_back_known(folder, own,
-                                            lambda name: own_writes.told_fact(watch, os.path.join(here, name)),
+        found = record_data.read_back_known(folder, own, lambda names: own_writes.told_facts(watch, folder, names),
                                             checked_later=True)  # write_checked stats each bound file
         raced = own_writes.rewritten_since(folder, watch, found.facts) if found.bound["file"] is not None else None
     if watch is not None:

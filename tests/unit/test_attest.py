@@ -257,8 +257,8 @@ def test_the_writer_reads_no_zip_directory_another_rank_read_and_told_unless_a_s
 
     monkeypatch.setattr(torch_file, "zip_directory", counted)
 
-    def told(name: str) -> tuple[record_data.Fact, tuple[int, ...]] | None:
-        return own_writes.told_fact(writer, os.path.join(os.path.abspath(tag), name))
+    def told(names: list[str]) -> dict[str, tuple[record_data.Fact, tuple[int, ...]]]:
+        return own_writes.told_facts(writer, str(tag), names)
 
     found = record_data.read_back_known(str(tag), own_writes.known(writer, str(tag)), told)
     assert reads == [] and found.bound == record_data.read_back(str(tag))[0], reads
@@ -270,7 +270,9 @@ def test_the_writer_reads_no_zip_directory_another_rank_read_and_told_unless_a_s
     shutil.copy(tag / "layer_01-model_states.pt", partition)
     writer.told.clear()
     reads.clear()
+    store.calls = 0
     again = record_data.read_back_known(str(tag), own_writes.known(writer, str(tag)), told)
+    assert store.calls == 3, store.calls  # rank 1's file asked in one call: a check, a multi_get, a delete_key
     assert reads == [str(partition)], reads
     assert "zero_pp_rank_1_mp_rank_00_optim_states.pt: not the bytes this job wrote" in str(
         own_writes.rewritten_since(str(tag), writer, again.facts))
