@@ -474,6 +474,7 @@ def benchmarks(session: nox.Session) -> None:
     session.run("python", "benchmarks/per_call.py")
     session.run("python", "benchmarks/probe.py")
     session.run("python", "benchmarks/own_writes.py")
+    session.run("python", "benchmarks/record_ops.py", "--store-ranks", "8", "512")
     # calls.py runs steps.py's measurement after its count, in the same process, and prints both
     session.run("python", "benchmarks/calls.py", *session.posargs, env={"PYTHONUNBUFFERED": "1"})
 

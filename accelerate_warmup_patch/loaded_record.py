@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from . import record_data, step_watch, torch_file
+from . import record_data, step_watch, torch_file, whole_file
 from .state import STATE
 
 
@@ -38,14 +38,39 @@ def loaded(engine: Any, load_path: Any, client_state: Any, *, resumed: bool = Fa
     if not isinstance(load_path, str):
         return
     folder = os.path.dirname(load_path)
+    whole_file.clean(folder, record_data.PARTIAL)  # what a job killed while writing this save's record left
     state = client_state if isinstance(client_state, dict) else {}
     version = state.get("ds_version") if isinstance(state.get("ds_version"), str) else None
     steps = step_watch.count(getattr(engine, "global_steps", None))
     hop: dict[str, Any] = {"tag": os.path.basename(folder), "deepspeed": version, "global_steps": steps,
                            "scheduler": record_data.scheduler_type(state.get("ds_config")), "record": None}
     story, earlier = _story(folder, hop, universal=_loads_universal(engine))
+    story = _own_shape(story, _groups(engine), hop)
     STATE.loaded[id(engine)] = LoadedHistory(steps, story, [hop, *earlier][:record_data.MAX_LOADS], resumed)
     step_watch.watch(engine, again=True)
+
+
+def _groups(engine: Any) -> int | None:
+    """How many param groups this job's optimizer has (the torch optimizer a DeepSpeed one wraps, as
+    schedules.torch_optimizer finds it, without importing torch); None where it cannot be read (no optimizer)."""
+    optimizer = getattr(engine, "optimizer", None)
+    inner = getattr(optimizer, "optimizer", None)
+    groups = getattr(inner if hasattr(inner, "param_groups") else optimizer, "param_groups", None)
+    return len(groups) if isinstance(groups, list) else None
+
+
+def _own_shape(story: dict[str, Any], groups: int | None, hop: dict[str, Any]) -> dict[str, Any]:
+    """The loaded story of step 0 as this job hands it on: only where its lrs are one per group of this job's own
+    optimizer (#56 item 4). A story of another shape (a record of 1,300 groups' lrs loaded by a model of one) proves
+    nothing about this run's groups, and handing it on would make every later record as large: it is handed on as
+    ``unbound``, saying so."""
+    lrs = story.get("lrs")
+    if groups is None or not isinstance(lrs, list) or len(lrs) == groups:
+        return story
+    kept = {key: story[key] for key in ("deepspeed", "scheduler", "global_steps") if key in story}
+    return {"how": record_data.UNBOUND, **kept, "tag": hop["tag"],
+            "why": f"the record beside the save it resumed from ({hop['tag']}) gives step 0's lrs of {len(lrs)} param "
+                   f"groups, this job's optimizer has {groups}: a story of another shape is not handed on"}
 
 
 def _loads_universal(engine: Any) -> bool:

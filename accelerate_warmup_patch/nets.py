@@ -84,6 +84,8 @@ def load_checkpoint_wrapper(wrapped: Callable[..., Any], instance: Any, args: An
             if record_writer.writes_records(instance):
                 loaded_record.loaded(instance, _first_of(result), result[1] if isinstance(result, tuple) and
                                      len(result) > 1 else None, resumed=resumed)
+            else:  # every rank's word on its first step after the load (attest.py)
+                step_watch.watch(instance, again=True)
         except Exception as error:
             failures.report("loaded-record", what="reading the record of the loaded checkpoint", error=error,
                             consequence="the records this process writes say step 0's history is unknown")
@@ -112,8 +114,9 @@ def prepare_first_step(engine: Any, when: str = "before the first optimizer step
     """Before an engine's first optimizer step: a scheduler built before the patch was applied is settled
     as the constructor's fix would have. Step mode's step waits for the optimizer step itself."""
     try:
-        if record_writer.writes_records(engine):  # the record: the lr this engine's first optimizer step really runs at
-            step_watch.watch(engine)
+        # the lr this engine's first optimizer step really runs at, on every rank: the record's writer's own, and each
+        # other rank's word to it (attest.py)
+        step_watch.watch(engine)
         scheduler = getattr(engine, "lr_scheduler", None)
         if scheduler is None or id(scheduler) in STATE.netted.ids:  # a scheduler seen before: one set lookup
             return

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import record_data
+from . import bounded, record_data, torch_file
 from .state import STATE
 
 Fact = record_data.Fact
@@ -35,6 +35,13 @@ class Watch:
     node: str = ""  # "<host>:" where each node saves into a tag folder of its own, so that equal paths stay apart
     writes: dict[str, Fact] = field(default_factory=dict)  # absolute path -> its fact right after the own write
     told: dict[str, Fact | None] = field(default_factory=dict)  # the writer's: what the other ranks told it
+    budget: bounded.Budget = field(default_factory=bounded.Budget)  # this save's time for the store (bounded.py)
+    save: str = ""  # the save's name, alike on every rank (attest.save_id), once the save has begun
+    # absolute path -> its zip directory as read right after the own write (with its identity), so that the writer's
+    # binding reads it no second time (record_data.read_back_known)
+    directories: dict[str, torch_file.ZipDirectory] = field(default_factory=dict)
+    read: Any = None  # the writer's: its binding's read of the tag folder (record_data.ReadBack), for the write
+    identities: dict[str, tuple[int, ...]] = field(default_factory=dict)  # the writer's: each told file's identity
 
     def key(self, path: str) -> str:
         return f"{KEY}{self.node}{path}"
@@ -85,10 +92,55 @@ def own_write_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> An
         path = kwargs.get("path", args[1] if len(args) > 1 else None)
         if isinstance(path, str):
             where = os.path.abspath(path)
-            this.writes[where] = record_data.file_fact(path)  # never raises: a fact of "?" at worst
+            this.writes[where] = _noted(this, where)  # never raises: a fact of "?" at worst
             if not this.writer:
                 _tell(this, where, this.writes[where])
     return result
+
+
+def _noted(this: Watch, path: str) -> Fact:
+    """``path``'s fact as this process's own write left it (record_data.file_fact's), its zip directory kept."""
+    try:
+        found = torch_file.zip_directory(path, known_regular=True)  # just written by torch.save: fstat checks it
+    except (OSError, torch_file.Unreadable):
+        return -1, record_data.UNREADABLE
+    this.directories[path] = found
+    return found.size, record_data.members_digest(found.members) if found.zip else None
+
+
+def known(this: Watch | None, folder: str) -> dict[str, torch_file.ZipDirectory]:
+    """The zip directories this process read of its own writes into ``folder``, by name."""
+    here = os.path.abspath(folder)
+    return {} if this is None else {os.path.basename(path): found for path, found in this.directories.items()
+                                    if os.path.dirname(path) == here}
+
+
+def noted_in(this: Watch | None, folder: str) -> dict[str, tuple[torch_file.ZipDirectory, Fact]]:
+    """The zip directory and fact of each of this process's own writes into ``folder`` that it read, by name."""
+    here = os.path.abspath(folder)
+    return {} if this is None else {os.path.basename(path): (found, this.writes[path])
+                                    for path, found in this.directories.items() if os.path.dirname(path) == here}
+
+
+def told_facts(this: Watch | None, folder: str, names: list[str]) -> dict[str, tuple[Fact, tuple[int, ...]]]:
+    """What the other ranks told of the files ``names`` in ``folder`` in this save, each with the identity its own
+    read saw (asked at once: ask_all), so that the writer's binding takes them without reading them again; a file
+    told without one is left out."""
+    if this is None:
+        return {}
+    paths = {name: os.path.join(os.path.abspath(folder), name) for name in names}
+    ask_all(this, list(paths.values()))
+    found = {name: (this.told.get(path), this.identities.get(path)) for name, path in paths.items()}
+    return {name: (fact, identity) for name, (fact, identity) in found.items() if fact is not None and identity}
+
+
+def all_read(this: Watch | None, folder: str) -> bool:
+    """Whether this process wrote states files into ``folder`` in this save and read each one's zip directory."""
+    if this is None:
+        return False
+    here = os.path.abspath(folder)
+    mine = [path for path in this.writes if os.path.dirname(path) == here]
+    return bool(mine) and all(path in this.directories for path in mine)
 
 
 def _tell(this: Watch, path: str, fact: Fact) -> None:
@@ -96,29 +148,74 @@ def _tell(this: Watch, path: str, fact: Fact) -> None:
     there when the writer looks after that barrier. Never raises: an untold file leaves the record unbound."""
     if this.store is None:
         return
-    key = this.key(path)
-    try:
-        this.store.set(key, f"{fact[0]}\0{fact[1] or '-'}")
-        this.store.check([key])  # answered after the set on the same connection: the store holds it now
-    except Exception:
-        return
+    key, store = this.key(path), this.store
+    found = this.directories.get(path)
+    identity = ",".join(str(part) for part in found.identity) if found is not None else ""
+    value = f"{fact[0]}\0{fact[1] or '-'}\0{identity}"  # the identity lets the writer stat it, not read it again
+
+    def tell() -> None:
+        store.set(key, value)
+        store.check([key])  # answered after the set on the same connection: the store holds it now
+
+    with contextlib.suppress(Exception):  # bounded.Late too: the writer finds it untold
+        bounded.call(this.budget, "a rank's tell of its file", tell)
 
 
 def _asked(this: Watch, path: str) -> Fact | None:
     """What a rank of this job told about ``path`` in this save, or None (it told nothing, or cannot be asked)."""
     if this.store is None:
         return None
-    key = this.key(path)
-    try:
-        if not this.store.check([key]):  # never ``get`` a missing key: it waits for it
+    key, store = this.key(path), this.store
+
+    def ask() -> Any:
+        if not store.check([key]):  # never ``get`` a missing key: it waits for it
             return None
-        value = this.store.get(key)
+        value = store.get(key)
         with contextlib.suppress(Exception):  # the next save of this tag tells it again
-            this.store.delete_key(key)
-        size, digest = bytes(value).decode("utf-8", "surrogateescape").split("\0")
-        return int(size), None if digest == "-" else digest
+            store.delete_key(key)
+        return value
+
+    try:
+        return _parsed(this, path, bounded.call(this.budget, "the writer's ask for a rank's file", ask))
     except Exception:
         return None
+
+
+def _parsed(this: Watch, path: str, value: Any) -> Fact | None:
+    """A told value as its fact (its identity kept in ``this.identities``); None for none, or one not ours."""
+    if value is None:
+        return None
+    try:
+        size, digest, identity = bytes(value).decode("utf-8", "surrogateescape").split("\0")
+        if identity:
+            this.identities[path] = tuple(int(part) for part in identity.split(","))
+        return int(size), None if digest == "-" else digest
+    except ValueError:
+        return None
+
+
+def ask_all(this: Watch, paths: list[str]) -> None:
+    """Ask what the other ranks told of ``paths`` (those this process did not write and has not asked) in one bounded
+    call: a ``check`` of them all and a ``multi_get`` (a ``check`` each only where some are missing), then each key
+    removed; what is not there, or not asked in time, stays untold."""
+    wanted = [path for path in paths if path not in this.writes and path not in this.told]
+    got: dict[str, Any] = {}
+    if wanted and this.store is not None:
+        store, keys = this.store, [this.key(path) for path in wanted]
+
+        def ask() -> dict[str, Any]:
+            present = keys if store.check(keys) else [key for key in keys if store.check([key])]
+            many = getattr(store, "multi_get", None)
+            values = many(present) if callable(many) and present else [store.get(key) for key in present]
+            for key in present:
+                with contextlib.suppress(Exception):  # the next save of this tag tells it again
+                    store.delete_key(key)
+            return dict(zip(present, values))
+
+        with contextlib.suppress(Exception):
+            got = bounded.call(this.budget, "the writer's ask for the ranks' files", ask)
+    for path in wanted:
+        this.told[path] = _parsed(this, path, got.get(this.key(path)))
 
 
 def _written(this: Watch, path: str) -> Fact | None:
@@ -140,9 +237,10 @@ def rewritten_since(folder: str, this: Watch | None, now: dict[str, Fact]) -> st
     written = {name: _written(this, os.path.join(here, name)) for name in now}
     untold = sorted(name for name, fact in written.items() if fact is None)
     if untold:
+        late = f"; {this.budget.given_up}" if this.budget.given_up else ""
         return (f"{_named(untold)}: written by no process of this job that the patch watched in this save (a rank "
                 "not armed, or with records off, or one this process cannot ask), so this save's bytes cannot be "
-                "told from another job's")
+                f"told from another job's{late}")
     changed = record_data.rewritten({name: fact for name, fact in written.items() if fact is not None}, now)
     if not changed:
         return None

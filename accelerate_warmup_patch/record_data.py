@@ -17,7 +17,8 @@ import json
 import math
 import os
 import re
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
 
 from . import torch_file
 
@@ -129,24 +130,99 @@ def read_back(folder: str) -> tuple[dict[str, Any], dict[str, Fact]]:
     read back now by the audit's own reader (torch_file) under its bounds, so that a record is never bound to a file
     the audit cannot read; where the model states cannot be read back as a zip, ``{"file": None, "unbound": why}``.
     Beside it, the fact of each file it binds (file_fact), from the same listing and the same read of each file."""
+    found = read_back_known(folder, {})
+    return found.bound, found.facts
+
+
+@dataclass
+class ReadBack:
+    """``read_back``'s binding and facts, with the folder's listing and each bound file's identity as read."""
+
+    bound: dict[str, Any]
+    facts: dict[str, Fact] = field(default_factory=dict)
+    names: list[str] | None = None  # the folder's listing (None where it could not be listed)
+    identities: dict[str, tuple[int, ...]] = field(default_factory=dict)  # name -> torch_file.identity as read
+
+
+def read_back_known(folder: str, known: dict[str, torch_file.ZipDirectory],
+                    told: Callable[[list[str]], dict[str, tuple[Fact, tuple[int, ...]]]] = lambda names: {},
+                    checked_later: bool = False) -> ReadBack:
+    """``read_back``, where the zip directory of a file this process read already (``known``, by name: what its
+    own torch.save left, read right after it), or the fact of another states file that another rank read after its
+    own torch.save of it (``told(names)``: by name, its fact and the identity it read), is taken without a second read
+    wherever a stat shows the same file (torch_file.identity): one read of each zip directory a save, and a stat.
+    ``checked_later``: the caller stats every bound file after it wrote the record (``unchanged``), which shows any
+    write since those reads: they are taken without a stat now."""
     try:
-        names = bound_files(os.listdir(folder))
+        names: list[str] | None = os.listdir(folder)
     except OSError:
-        names = []
-    if not names:
-        return unbound(f"no *model_states.pt in {os.path.basename(folder) or folder}"), {}
-    name, others = names[0], names[1:]
+        names = None
+    bound_names = bound_files(names or [])
+    if not bound_names:
+        return ReadBack(unbound(f"no *model_states.pt in {os.path.basename(folder) or folder}"), names=names)
+    name, others = bound_names[0], bound_names[1:]
+    found = ReadBack({}, names=names)
     try:
-        directory = torch_file.zip_directory(os.path.join(folder, name))
+        directory = _directory(os.path.join(folder, name), known.get(name), checked_later)
     except (OSError, torch_file.Unreadable) as error:
-        return unbound(_not_a_zip(name, type(error).__name__, str(error))), {}
+        found.bound = unbound(_not_a_zip(name, type(error).__name__, str(error)))
+        return found
     if not directory.zip:
-        return unbound(_not_a_zip(name, "BadZipFile", directory.why)), {}
-    facts = {name: (directory.size, members_digest(directory.members)),
-             **{other: file_fact(os.path.join(folder, other)) for other in others}}
-    bound = binding(name, directory.size, directory.members)
-    bound["others"] = others_binding([(other, *facts[other]) for other in others])
-    return bound, facts
+        found.bound = unbound(_not_a_zip(name, "BadZipFile", directory.why))
+        return found
+    found.facts[name], found.identities[name] = (directory.size, members_digest(directory.members)), directory.identity
+    heard_of = told([other for other in others if other not in known]) if others else {}
+    for other in others:
+        path = os.path.join(folder, other)
+        heard = heard_of.get(other) if other not in known else None
+        try:
+            if heard is not None and (checked_later or torch_file.identity(os.stat(path)) == heard[1]):
+                found.facts[other], found.identities[other] = heard
+                continue
+            read = _directory(path, known.get(other), checked_later)
+        except (OSError, torch_file.Unreadable):
+            found.facts[other] = -1, UNREADABLE
+            continue
+        found.facts[other] = read.size, members_digest(read.members) if read.zip else None
+        found.identities[other] = read.identity
+    found.bound = binding(name, directory.size, directory.members)
+    found.bound["others"] = others_binding([(other, *found.facts[other]) for other in others])
+    return found
+
+
+def bound_from_own(own: dict[str, tuple[torch_file.ZipDirectory, Fact]]) -> ReadBack | None:
+    """The binding of a save whose every states file this process wrote itself (a job of one rank), from the zip
+    directory each of its own torch.saves left and the fact computed from it then (``own``, by name), with no listing,
+    no read and no second digest; None where its lowest-ranked model-states file is not a zip (the folder is then
+    read back, and says why). A file of another run left beside them is not bound: the audit, which binds every
+    states file of the folder, then finds the record "not that save's"."""
+    names = bound_files(list(own))
+    if not names or not own[names[0]][0].zip:
+        return None
+    facts = {name: own[name][1] for name in names}
+    first, (size, digest) = own[names[0]][0], facts[names[0]]
+    bound = {"file": names[0], "size": size, "members": len(first.members), "digest": digest,
+             "others": others_binding([(other, *facts[other]) for other in names[1:]])}
+    return ReadBack(bound, facts, names=[], identities={name: own[name][0].identity for name in names})
+
+
+def _directory(path: str, known: torch_file.ZipDirectory | None,
+               checked_later: bool = False) -> torch_file.ZipDirectory:
+    """``known`` where a stat shows the very file it was read from (or will: ``checked_later``), else the file's
+    zip directory read now."""
+    if known is not None and known.identity and (checked_later or
+                                                 torch_file.identity(os.stat(path)) == known.identity):
+        return known
+    return torch_file.zip_directory(path)
+
+
+def unchanged(folder: str, identities: dict[str, tuple[int, ...]]) -> bool:
+    """Whether each file named in ``identities`` is still the very file read (a stat each)."""
+    try:
+        return all(torch_file.identity(os.stat(os.path.join(folder, name))) == known
+                   for name, known in identities.items())
+    except OSError:
+        return False
 
 
 def file_fact(path: str) -> Fact:

@@ -16,22 +16,22 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from . import (
+    attest,
     failures,
     loaded_record,
     own_writes,
     record_data,
-    reference,
     releases,
     schedules,
     settings,
     step_watch,
+    whole_file,
     wrapping,
 )
 from .state import STATE
@@ -116,7 +116,10 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     arguments = wrapping.arguments_reader(original, defaults=True)
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-        with own_writes.saving(_watch(instance)) as watch:
+        this = _watch(instance)
+        if this is not None:  # before the original, whose closing barrier then orders it before the writer's ask
+            _tell_the_writer(instance, this, lambda: arguments(instance, args, kwargs))
+        with own_writes.saving(this) as watch:
             result = wrapped(*args, **kwargs)
         if not settings.record_wanted():  # ACCELERATE_WARMUP_PATCH_RECORD=off: no record (docs/mark.md)
             return result
@@ -151,6 +154,32 @@ def _watch(engine: Any) -> own_writes.Watch | None:
         return own_writes.watch(writes_records(engine), _node_local(engine))
     except Exception:  # an engine whose ranks cannot be read: no record is bound for it (own_writes.rewritten_since)
         return None
+
+
+def _tell_the_writer(engine: Any, this: own_writes.Watch, given: Callable[[], dict[str, Any]]) -> None:
+    """Name the save for every rank alike (``this.save``), and, on a rank whose word the record's writer needs (each
+    but the writer; each where every node writes its own), put this rank's word in the job's store (attest.py)."""
+    try:
+        named = given()
+        # with node-local storage each node names a save_dir of its own: the tag and step count name the save
+        this.save = attest.save_id(None if this.node else named["save_dir"], named["tag"], int(engine.global_steps))
+        if this.store is not None and (not this.writer or this.node):
+            word = attest.word_of(engine, str(STATE.mode), this.save, _built_at_of(engine))
+            attest.tell(this.store, this.budget, _global_rank(engine), word)
+    except Exception:  # the writer then hears nothing of this rank: its record is unbound, saying so
+        return
+
+
+def _ranks_unheard(engine: Any, this: own_writes.Watch | None) -> str | None:
+    """Why this record may not speak for every rank of the job (attest.unheard); None in a job of one rank, or where
+    every other rank told, for this save, the word this rank's own first step gives."""
+    world = attest.world()
+    if world < 2:
+        return None
+    if this is None or not this.save:
+        return "this save could not be named to the other ranks: their word on their first optimizer step is not known"
+    own = attest.word_of(engine, str(STATE.mode), this.save, _built_at_of(engine))
+    return attest.unheard(this.store, this.budget, world_size=world, own_rank=_global_rank(engine), own=own)
 
 
 def writes_records(engine: Any) -> bool:
@@ -193,6 +222,8 @@ def record(engine: Any, mode: str, folder: str, watch: own_writes.Watch | None =
     optimizer step as observed, the run's step 0 as far as this process knows it, and the loads behind it."""
     scheduler = getattr(engine, "lr_scheduler", None)
     history = loaded_record.history(engine)
+    world = attest.world()
+    ranks = {"ranks": world} if world > 1 else {}  # a record with it speaks for each of them or is unbound (#55)
     return {
         "record": RECORD,
         "package": record_data.PACKAGE,
@@ -206,6 +237,7 @@ def record(engine: Any, mode: str, folder: str, watch: own_writes.Watch | None =
         "first_step": step_watch.first_step(engine),
         "step0": _step0(engine, scheduler, mode, history),
         "loads": history.loads if history is not None else [],
+        **ranks,
     }
 
 
@@ -228,9 +260,22 @@ def _bound_to(engine: Any, folder: str, watch: own_writes.Watch | None) -> dict[
     decoupled = getattr(checkpoint_engine, "is_decoupled", None)
     if callable(decoupled) and decoupled() is not False:
         return record_data.unbound("the checkpoint engine is decoupled: it writes after save_checkpoint returns")
-    bound, now = record_data.read_back(folder)
-    raced = own_writes.rewritten_since(folder, watch, now) if bound["file"] is not None else None
-    return record_data.unbound(raced) if raced is not None else bound
+    unheard = _ranks_unheard(engine, watch)
+    if unheard is not None:
+        return record_data.unbound(unheard)
+    own = own_writes.known(watch, folder)
+    # a job of one rank wrote every states file in this process: bound from what its own writes left, and checked
+    # by a stat of each after the record is written (write_checked)
+    found = record_data.bound_from_own(own_writes.noted_in(watch, folder)) \
+        if attest.world() == 1 and own_writes.all_read(watch, folder) else None
+    raced = None
+    if found is None:
+        found = record_data.read_back_known(folder, own, lambda names: own_writes.told_facts(watch, folder, names),
+                                            checked_later=True)  # write_checked stats each bound file
+        raced = own_writes.rewritten_since(folder, watch, found.facts) if found.bound["file"] is not None else None
+    if watch is not None:
+        watch.read = found
+    return record_data.unbound(raced) if raced is not None else found.bound
 
 
 def _scheduler(scheduler: Any) -> dict[str, Any] | None:
@@ -272,7 +317,7 @@ def _step0(engine: Any, scheduler: Any, mode: str, history: loaded_record.Loaded
     base = {"deepspeed": version, "scheduler": name, "mode": mode, "patch": _package_version()}
     first = step_watch.first_step(engine)
     if first is None:
-        if int(engine.global_steps) == 0 and not _stepped_outside_the_engine(engine, scheduler):
+        if int(engine.global_steps) == 0 and not attest.stepped_outside_the_engine(engine, scheduler):
             return {"how": record_data.NO_STEP_YET, **base}
         return {"how": record_data.UNOBSERVED, **base,
                 "why": "the patch did not watch this engine's first optimizer step (built before it was applied?)"}
@@ -284,38 +329,19 @@ def _step0(engine: Any, scheduler: Any, mode: str, history: loaded_record.Loaded
                 "why": f"the first optimizer step this process saw was at global step {steps}, not the run's step 0 "
                        "(the patch was applied after the engine had stepped)"}
     action = _noted_or_unknown(scheduler, name) if scheduler is not None else None
-    expected = _expected(scheduler, name, first["last_batch_iteration"], first["lrs"], action)
+    expected = attest.expected(scheduler, name, first["last_batch_iteration"], first["lrs"], _built_at(action))
     return {"how": record_data.OBSERVED, **base, "lrs": first["lrs"], "expected": _encoded(expected),
             "patch_did": _checked(action, first["lrs"], expected), "global_steps": steps}
 
 
-def _stepped_outside_the_engine(engine: Any, scheduler: Any) -> bool:
-    """Whether the optimizer or the scheduler moved though ``global_steps`` did not: a script that calls
-    ``engine.backward()`` and steps them itself. Its step 0 ran, and no record may say that none did."""
-    try:
-        moved = scheduler is not None and int(scheduler.last_batch_iteration) > -1
-        optimizer = schedules.torch_optimizer(getattr(engine, "optimizer", None))
-        return moved or bool(getattr(optimizer, "state", None))
-    except Exception:  # what cannot be read is no proof that nothing ran
-        return True
+def _built_at_of(engine: Any) -> int | None:
+    """The iteration the engine's scheduler was built at, as the patch noted it (``_built_at``)."""
+    return _built_at(noted(getattr(engine, "lr_scheduler", None)))
 
 
-def _expected(scheduler: Any, name: str | None, iteration: Any, observed: list[Any],
-              action: Action | None) -> list[float] | None:
-    """What the reference runs the first optimizer step at: its formula for this scheduler's parameters at the position
-    the scheduler held when that step ran (a user may have stepped it before training), or, for one built at a later
-    iteration that had not stepped, the optimizer's lr, where the reference too writes none (reference.step_lrs).
-    None where there is no formula (OneCycle, LRRangeTest) or the position is not known."""
-    if scheduler is None or not isinstance(iteration, int):
-        return None
-    try:
-        ran = record_data.decode_lrs(observed)
-        built_at = action.built_at if action is not None else None
-        if built_at is not None and ran is None:
-            return None
-        return reference.step_lrs(scheduler, name, iteration, ran or [], built_at)
-    except Exception:  # a scheduler whose parameters are not DeepSpeed's: nothing is claimed for it
-        return None
+def _built_at(action: Action | None) -> int | None:
+    """The iteration a scheduler was built at, where the patch noted a later one than -1 (reference.step_lrs)."""
+    return action.built_at if action is not None else None
 
 
 def _checked(action: Action | None, observed: list[Any], expected: list[float] | None) -> str | None:
@@ -331,33 +357,25 @@ def _checked(action: Action | None, observed: list[Any], expected: list[float] |
     return action.what
 
 
-def write(folder: str, data: dict[str, Any]) -> None:
-    """``folder``/accelerate_warmup_patch.json, whole or not at all: a temporary file beside it, then os.replace.
-    Valid JSON always: the lrs are encoded (record_data.encode_lr), and anything else non-finite is refused."""
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f"no checkpoint folder {folder!r} (a checkpoint engine that writes elsewhere?)")
+def write(folder: str, data: dict[str, Any], names: list[str] | None = None) -> None:
+    """``folder``/accelerate_warmup_patch.json, whole or not at all, and nothing left by a kill (whole_file.py;
+    ``names``: the folder's listing where it was just read). Valid JSON always: the lrs are encoded
+    (record_data.encode_lr), and anything else non-finite is refused."""
     text = record_data.fitted(data)  # never past the bound the job's load and the audit read
-    _clean_stale_partials(folder)
-    # named .partial, not .json: a process killed between the write and the rename leaves a file no reader of
-    # records (the audit, a glob for *.json) takes for one; the next write into this folder removes it
-    temporary = os.path.join(folder, f".accelerate_warmup_patch.{os.urandom(6).hex()}.partial")
-    # the permissions of the checkpoint's own files (0666 less the umask), not mkstemp's 0600: an admin audits it
-    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(temporary, os.path.join(folder, FILE_NAME))
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    whole_file.write(folder, FILE_NAME, text, record_data.PARTIAL, names)
 
 
 def write_checked(folder: str, data: dict[str, Any], watch: own_writes.Watch | None) -> None:
-    """``write``, then the binding read again: where the folder changed while the record was written (another job
-    saving the same tag), the record is written again, unbound, saying so (docs/mark.md, "A race")."""
-    write(folder, data)
+    """``write``, then the binding checked again: where the folder changed while the record was written (another job
+    saving the same tag), the record is written again, unbound, saying so (docs/mark.md, "A race"). Where this save's
+    binding read the folder (``watch.read``), a stat of each bound file that shows the very file read is that check;
+    else, or where one changed, the binding is read again."""
+    found = watch.read if watch is not None and isinstance(watch.read, record_data.ReadBack) else None
+    write(folder, data, found.names if found is not None else None)
     bound = data["bound_to"]
     if bound.get("file") is None:
+        return
+    if found is not None and found.bound == bound and record_data.unchanged(folder, found.identities):
         return
     again, now = record_data.read_back(folder)
     raced = own_writes.rewritten_since(folder, watch, now) if again.get("file") is not None else again.get("unbound")
@@ -367,18 +385,4 @@ def write_checked(folder: str, data: dict[str, Any], watch: own_writes.Watch | N
         write(folder, {**data, "bound_to": record_data.unbound(raced)})
 
 
-STALE_PARTIAL_S = 600  # a record is written in milliseconds: a partial this old was left by a killed process
-
-
-def _clean_stale_partials(folder: str) -> None:
-    """Remove the temporary files of earlier writes into ``folder`` that a killed process left (another job's
-    write in progress, younger than STALE_PARTIAL_S, is left alone)."""
-    now = time.time()
-    for name in os.listdir(folder):
-        if record_data.PARTIAL.match(name):
-            path = os.path.join(folder, name)
-            try:
-                if now - os.lstat(path).st_mtime > STALE_PARTIAL_S:
-                    os.unlink(path)
-            except OSError:
-                pass  # gone already, or not ours to remove: the record is written all the same
+STALE_PARTIAL_S = whole_file.STALE_S  # a temporary file this old was left by a killed process

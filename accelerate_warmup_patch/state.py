@@ -112,6 +112,9 @@ class State:
     # id(engine) -> what its last load_checkpoint brought into this process (loaded_record.LoadedHistory), until it
     # dies
     loaded: dict[int, Any] = field(default_factory=dict)
+    # a call to the job's key-value service that did not return within its bound (bounded.call): no other call is
+    # started while it waits
+    late_call: Any = None
     # the keys of the warnings given, each once per process (log.py)
     warned: set[str] = field(default_factory=set)
     # ``dry.on``: this thread runs warn mode's dry run of a change (schedules.change)

@@ -177,6 +177,13 @@ class ZipDirectory:
     size: int = 0
     members: list[tuple[str, int, int]] = field(default_factory=list)
     why: str = ""
+    identity: tuple[int, ...] = ()  # the file read, as its fstat named it: a later stat tells it is unchanged
+
+
+def identity(status: os.stat_result) -> tuple[int, ...]:
+    """A file as a stat names it: its inode, size, and modification and change times in nanoseconds. Another write
+    changes at least one of them (a rewrite in place its times, a rename over it its inode)."""
+    return status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
 
 
 def zip_directory(path: str, known_regular: bool = False) -> ZipDirectory:
@@ -185,7 +192,9 @@ def zip_directory(path: str, known_regular: bool = False) -> ZipDirectory:
     fd, status = open_fd(path, known_regular)
     try:
         with RangedFile(lambda start, end: pread(fd, start, end), status.st_size) as file:
-            return zip_directory_of(file)  # type: ignore[arg-type]
+            found = zip_directory_of(file)  # type: ignore[arg-type]
+        found.identity = identity(status)
+        return found
     finally:
         os.close(fd)
 

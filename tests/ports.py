@@ -22,6 +22,7 @@ MULTINODE_TRAIN, MULTINODE_SSHD, MULTINODE_ENV, MULTINODE_RECORDS = 11, 12, 13, 
 REAL_SSH, REAL_SLURM = 15, 30
 NO_LISTENER = 51  # a port where nothing listens (an unreachable server)
 RACED_TWO_RANKS = 52
+RANKS_JOB = 53  # tests/test_ranks.py's two-rank job
 
 
 def port(offset: int) -> int:
