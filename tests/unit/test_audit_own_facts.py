@@ -20,8 +20,8 @@ from test_audit_proof import observed, record2, write_record
 
 from accelerate_warmup_patch.cli import audit as audit_cli
 
-WARMUP = {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 1e-3, "warmup_num_steps": 5,
-                                         "warmup_type": "linear"}}
+WARMUP: dict[str, Any] = {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 1e-3,
+                                                         "warmup_num_steps": 5, "warmup_type": "linear"}}
 # a config whose warmup starts at the optimizer's lr: 0.15.2 ran step 0 as 0.19.8 does, had the file said so then
 HARMLESS = {"type": "WarmupLR", "params": {"warmup_min_lr": 1e-3, "warmup_max_lr": 1e-3, "warmup_num_steps": 5,
                                            "warmup_type": "linear"}}

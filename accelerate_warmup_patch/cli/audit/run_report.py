@@ -9,7 +9,7 @@ import json
 from pathlib import PurePath
 from typing import Any
 
-from ... import releases
+from ... import record_data, releases
 from .. import config_facts
 from . import checkpoint_pickle
 from .chain import WORST, apply_claim, from_table, judge_from_chain, needs_nothing, proves_step0
@@ -103,12 +103,13 @@ def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
                             "steps), in this job or one it resumed from; no record of the patch says otherwise")
     report.config_files.extend(dict.fromkeys(s.config_file for s in (first, newest) if s.config_file))
     block = config.get("scheduler")
-    configured = first.config_problem is None and isinstance(block, dict) and bool(block.get("type"))
-    scheduler, params = schedule(block, first) if configured else (None, {})
-    if scheduler is not None:
+    scheduler: str | None = None
+    params: dict[str, Any] = {}
+    if first.config_problem is None and isinstance(block, dict) and block.get("type"):
+        scheduler, params = schedule(block, first)
         report.scheduler, report.params = scheduler, params
         report.notes.extend(config_facts.refused_later(scheduler, params))
-    foreign = None if _deepspeeds_by_record(chain) else not_deepspeeds(first)
+    foreign = None if _step0_elsewhere(chain) else not_deepspeeds(first)
     if foreign is not None:  # whatever the config says or lacks, and patched or not
         report.verdict, report.why = NOT_AFFECTED, foreign
         every_save(run, read, report, config_root, judged=(first,), scheduler=scheduler or "", params=params)
@@ -156,7 +157,11 @@ def _unconfigured(run: Run, read: dict[PurePath, Save], report: Report, config_r
         every_save(run, read, report, config_root, judged=(chain, newest), scheduler=scheduler, params={})
         return report
     why = first.config_problem or "no scheduler in the ds_config: " + _scheduler_in_code(first.scheduler_state)
-    reference = needs_nothing(first.version, newest.version)
+    ran = chain.record.get("step0", {}).get("deepspeed") if chain is not None and chain.record is not None else None
+    if chain is not None and not isinstance(ran, str):
+        report.why = f"{why}; the record of {chain.tag.name} does not name the release that ran step 0"
+        return report
+    reference = needs_nothing(first.version, newest.version, *([ran] if isinstance(ran, str) else []))
     if reference is None:
         report.why = why
         return report
@@ -165,11 +170,12 @@ def _unconfigured(run: Run, read: dict[PurePath, Save], report: Report, config_r
     return report
 
 
-def _deepspeeds_by_record(chain: Save | None) -> bool:
-    """Whether a bound record says step 0 ran under one of DeepSpeed's schedulers (then it, not the saved state
-    of a later process's scheduler, decides)."""
+def _step0_elsewhere(chain: Save | None) -> bool:
+    """Whether a bound record says step 0 ran under one of DeepSpeed's schedulers, or in a process it did not
+    observe: then it, not the state a later process's scheduler saved, decides."""
     step0 = chain.record.get("step0") if chain is not None and chain.record is not None else None
-    return isinstance(step0, dict) and step0.get("scheduler") in releases.scheduler_classes()
+    return isinstance(step0, dict) and (step0.get("scheduler") in releases.scheduler_classes() or
+                                        step0.get("how") != record_data.OBSERVED)
 
 
 def _scheduler_in_code(state: Any) -> str:

@@ -56,7 +56,7 @@ def every_save(run: Run, read: dict[PurePath, Save], report: Report, config_root
             continue
         if tag in run.tags:
             steps.add(save.global_steps)
-        elif not _same_engine(save, read[run.tag] if run.tag in read else None, model, steps):
+        elif not _same_engine(save, read.get(run.tag), model, steps):
             continue
         if save.config_file and save.config_file not in report.config_files:
             report.config_files.append(save.config_file)
@@ -188,8 +188,9 @@ def same_engine_record(run: Run, read: dict[PurePath, Save], report: Report, con
                        newest: Save) -> Save | None:
     """Where none of an engine's own tags holds a bound record, the nearest earlier save of the same engine under
     another tag name that does: the same model (its parameters' names, shapes and dtypes) and scheduler class at
-    fewer optimizer steps (custom tags such as epoch1..epoch4, a patched start resumed unpatched). A tag's name does not say which engine saved it; the files
-    do. Its chain is then read as this engine's, and a fresh start in between stays possible (chain.py)."""
+    fewer optimizer steps (custom tags such as epoch1..epoch4, a patched start resumed unpatched). A tag's name does
+    not say which engine saved it; the files do. Its chain is then read as this engine's, and a fresh start in
+    between stays possible (chain.py)."""
     if newest.model is None or not isinstance(newest.global_steps, int):
         return None
     found: Save | None = None
