@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import ports
 import pytest
 from conftest import CHILDREN, bare_audit, installed
 
@@ -36,8 +37,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, d
     """Every shape trained by two processes at once, one armed (reset) and one not; their first steps' lrs."""
     root = tmp_path_factory.mktemp("shapes")
     procs = {}
-    for arm, mode in (("patched", "reset"), ("unpatched", "")):
-        env = {**os.environ, "ACCELERATE_WARMUP_PATCH": mode}
+    for arm, mode, port in (("patched", "reset", ports.ONE_RANK), ("unpatched", "", ports.AUDIT_SHAPES)):
+        env = {**os.environ, "ACCELERATE_WARMUP_PATCH": mode, "MASTER_PORT": str(ports.port(port))}
         procs[arm] = subprocess.Popen([sys.executable, str(CHILDREN / "audit_shapes.py"), str(root / arm)], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       cwd=CHILDREN.parent)
