@@ -161,8 +161,9 @@ def number(value: Any) -> Any:
 def _ds_config(config: Any, notes: list[str],
                config_root: str | None) -> tuple[dict[str, Any], str | None, str | None]:
     """The saved ds_config, why it could not be read (None when it could), and the file it was read from (None
-    where the checkpoint holds it). An engine given a path saves the path alone (``ds_config=self.config`` in
-    engine.py's _save_checkpoint, 0.9.0 to 0.19.8): that file is read as it is now when the path is absolute, or
+    where the checkpoint holds it). The save holds what deepspeed.initialize handed the engine
+    (``ds_config=self.config`` in engine.py's _save_checkpoint): the path alone on the releases whose initialize does
+    not load it first (docs/audit.md names them). That file is read as it is now when the path is absolute, or
     relative and ``--config-root`` says against what; never with ``CHECKPOINT_ONLY``."""
     if isinstance(config, dict):
         return config, None, None
