@@ -75,8 +75,8 @@ pickle names is imported or run, no tensor is read, every read is bounded; needs
 deepspeed. A ds_config saved as a path is read when absolute, or relative under
 --config-root, as it is now: it may make a verdict worse or unknown, never clear a run. Each run is
 written as soon as it is judged, a summary always at the end (on stderr with --json/--jsonl; an audit
-that judged nothing says so and exits 2); Ctrl-C or SIGTERM stops it with every run judged so far written whole, then the partial
-summary (exit 130 / 143)."""
+that judged nothing says so and exits 2); Ctrl-C or SIGTERM stops it with every run judged so far
+written whole, then the partial summary (exit 130 / 143)."""
 
 
 PYTHON_FLAGS = ("the job's own interpreter flags, as one word with '=' (--python-flags=-S, --python-flags='-X dev'): "

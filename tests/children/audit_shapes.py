@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: the harness
-import harness  # noqa: E402  (its demo module, imported without arming the patch: the environment decides)
-
-import deepspeed  # noqa: E402
-import torch  # noqa: E402
-from deepspeed.runtime import lr_schedules  # noqa: E402
+# isort: off
+import harness  # first: its shims, and its demo module imported without arming the patch
+import deepspeed
+import torch
+from deepspeed.runtime import lr_schedules
+# isort: on
 
 OUT = Path(sys.argv[1])
 WARMUP = {"warmup_min_lr": 0.0, "warmup_max_lr": 1e-3, "warmup_num_steps": 5, "warmup_type": "linear"}
@@ -46,7 +47,7 @@ def _train(config: Any, save_dir: Path, *, tag: str | None = None, width: int = 
     """One engine, ``steps`` optimizer steps, saved; the lrs its first step used, per group."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, width))
-    engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=list(model.parameters()),
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=list(model.parameters()),
                                                    config=config, **kwargs)
     used: list[list[float]] = []
     harness.demo.torch_optimizer(engine).register_step_pre_hook(
