@@ -62,3 +62,9 @@ def test_a_path_with_no_run_is_its_error_line_then_the_summary(tmp_path: Path) -
     code, out, err = _text(tmp_path)
     assert code == 2 and "no DeepSpeed checkpoint" in err, err
     assert out.startswith("summary: 0 reports") and "no run was found" in out, out
+
+
+def test_a_path_named_twice_is_named_as_skipped_in_the_summary(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "run")
+    code, out, _ = _text(tmp_path / "run", tmp_path / "run")
+    assert code == 1 and "skipped: 1 PATH whose runs were all reported once already" in out, out

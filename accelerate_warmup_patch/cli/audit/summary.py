@@ -24,6 +24,7 @@ class Summary:
         self.releases: Counter[str] = Counter()
         self.symlinked = 0  # symlinked folders met and not followed (a row each only with --verbose)
         self.linked: list[str] = []  # the first few of them, named in the summary whatever --verbose says
+        self.repeated = 0  # PATHs whose runs were all reported already (named twice, or through a link)
         self.found = 0  # runs the walk found (all shards'), for the progress line
         self.shard: tuple[int, int] = (0, 1)  # K of N: which part of what was found this audit judges
 
@@ -66,9 +67,9 @@ class Summary:
                                               if self.symlinked > len(self.linked) else "")
             lines.append(f"  skipped: {self.symlinked} symlinked folder{'s' if self.symlinked != 1 else ''} not "
                          f"followed ({named}; each is named with --verbose; give one as a PATH to audit it)")
-        if self.verdicts[SKIPPED]:
-            lines.append(f"  skipped: {self.verdicts[SKIPPED]} report{'s' if self.verdicts[SKIPPED] != 1 else ''} "
-                         "above say why (a PATH whose runs were reported once already, or a symlinked folder)")
+        if self.repeated:
+            lines.append(f"  skipped: {self.repeated} PATH{'s' if self.repeated != 1 else ''} whose runs were all "
+                         "reported once already (named twice, or through a link; each its line above)")
         if not self.judged and stopped is None:
             lines.append("  nothing was judged: " + self._why_nothing() + " (exit status 2)")
         return lines
