@@ -24,8 +24,11 @@ def test_each_break_of_the_rule_is_found(tmp_path: Path) -> None:
     hurt = _world(tmp_path, Save([0.0], proven=True), Save([1e-3], proven=False))
     assert "not affected, but global_step3" in histories.broken(hurt, _report(tmp_path, "not affected"))[0]
     assert histories.broken(hurt, _report(tmp_path, "unknown")) == []
-    honest = _world(tmp_path, Save([0.0], proven=False))
+    honest = _world(tmp_path, Save([0.0], proven=False, origin=1, fresh=True))
     assert "affected, but every save" in histories.broken(honest, _report(tmp_path, "affected"))[0]
+    # its start deleted (or in another folder): the audit assumes the earliest save here ran step 0 (documented)
+    resumed = _world(tmp_path, Save([0.0], proven=False, origin=1))
+    assert histories.broken(resumed, _report(tmp_path, "affected")) == []
     assert histories.broken(honest, _report(tmp_path, "unknown")) == []
     proven = _world(tmp_path, Save([0.0], proven=True), Save([0.0], proven=True))
     assert "a bound record proves" in histories.broken(proven, _report(tmp_path, "unknown"))[0]
