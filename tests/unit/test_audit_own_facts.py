@@ -201,3 +201,20 @@ def test_a_models_dtype_and_its_records_scheduler_class_tell_engines_apart(tmp_p
     _patched(tmp_path / "two", other, observed([1e-5], None), tag="second", scheduler="WarmupDecayLR")
     _, reports = audit(tmp_path / "two")
     assert {r["engine"]: r["verdict"] for r in reports}["first"] == "not affected", reports
+
+
+# Found by the search of run histories (#55 item 6) --------------------------------------------------------------
+
+def test_a_save_whose_scheduler_restarted_after_step_0_is_not_judged_as_the_process_that_ran_it(
+        tmp_path: Path) -> None:
+    # a resume without the scheduler's state (its iteration counts 1 step, the engine 6): step 0 ran in a process
+    # whose save is not here (deleted, or another folder), which the table cannot name
+    files.write_run(tmp_path / "restarted", value=_with(files.model_states(), lr_scheduler={"last_batch_iteration": 0}))
+    code, report = one(tmp_path / "restarted")
+    assert report["verdict"] == "unknown" and "built after global step 5" in report["why"] and code == 0, report
+    # an fp16 overflow skips a scheduler step, not a restart; and counts that agree are judged as before
+    skipped = _with(files.model_states(), lr_scheduler={"last_batch_iteration": 3}, skipped_steps=2)
+    files.write_run(tmp_path / "skipped", value=skipped)
+    files.write_run(tmp_path / "agree")
+    assert one(tmp_path / "skipped")[1]["verdict"] == "affected"
+    assert one(tmp_path / "agree")[1]["verdict"] == "affected"

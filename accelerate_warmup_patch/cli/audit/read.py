@@ -49,6 +49,7 @@ class Save:
     # the file its ds_config was read from, where the engine was given a path (the checkpoint holds the path alone):
     # a fact from outside the checkpoint, which may make a verdict worse, never clear it
     config_file: str | None = None
+    skipped_steps: Any = None  # optimizer steps skipped on an fp16 overflow, which step no scheduler
 
     @property
     def vouched(self) -> bool:
@@ -90,7 +91,7 @@ def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCA
     if stepped is None and global_steps == 0 and isinstance(iteration, int) and iteration >= 0:
         stepped = _zero_optimizer_stepped(tag, store)  # only where global_steps and the scheduler disagree
     return Save(tag, file, version, config, problem, global_steps, iteration, _group_count(data), state, record,
-                notes, stepped, model_identity(data), binding, config_file)
+                notes, stepped, model_identity(data), binding, config_file, number(data.get("skipped_steps")))
 
 
 def _others(tag: PurePath, bound_file: str, store: Store) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from . import checkpoint_pickle
 from .chain import WORST, apply_claim, from_table, judge_from_chain, needs_nothing, proves_step0
 from .checkpoint_pickle import Unreadable
 from .find import Run
-from .judge import judge
+from .judge import STEP0_DIFFERENCE, judge
 from .read import CHECKPOINT_ONLY, Save, not_deepspeeds, number, read_save
 from .report import Report
 from .saves import (
@@ -25,6 +25,7 @@ from .saves import (
     every_save,
     newest_bound_record,
     read_earlier,
+    restarted,
     same_engine_record,
     schedule,
     step_counts,
@@ -134,6 +135,14 @@ def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
     judge(report, scheduler, params, first.version, newest.version).onto(report)
     if first.record is not None:
         apply_claim(report, first.record)
+    resumed = restarted(first) if first.record is None else None
+    if resumed is not None and report.verdict == AFFECTED and all(d.startswith(STEP0_DIFFERENCE)
+                                                                  for d in report.differences):
+        # the table judged this save's process as the one that ran step 0; its own counts say it resumed (a
+        # difference of the later steps, which this process ran, still stands)
+        report.verdict, report.step0_lrs, report.step0_lr = UNKNOWN, None, None
+        report.differences.clear()
+        report.why = f"{resumed}; if that process ran unpatched on DeepSpeed {first.version}: {report.why}"
     unsure = next((count.disagree for count in counts if count.ran is None and count.disagree), None)
     if unsure is not None and report.verdict == AFFECTED:
         # the scheduler moved and nothing shows an optimizer step: user code may have stepped it ahead of training

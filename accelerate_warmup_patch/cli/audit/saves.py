@@ -159,6 +159,20 @@ def step_counts(save: Save) -> Steps:
     return Steps(False)
 
 
+def restarted(save: Save) -> str | None:
+    """Why the file shows that its scheduler was built after the run's step 0, in a process that resumed from an
+    earlier save without the scheduler's state: its iteration counts fewer steps than the engine's (less the steps
+    an fp16 overflow skipped, which step no scheduler). None where the counts agree or do not say."""
+    steps, iteration, skipped = save.global_steps, save.iteration, save.skipped_steps or 0
+    if not isinstance(steps, int) or not isinstance(iteration, int) or not isinstance(skipped, int) or iteration < 0:
+        return None
+    if iteration + 1 >= steps - skipped:
+        return None
+    return (f"{save.tag.name}'s scheduler counts {iteration + 1} steps and the engine {steps - skipped}: it was built "
+            f"after global step {steps - skipped - iteration - 1}, in a process that resumed from an earlier save "
+            "without the scheduler's state, so step 0 ran in a process whose save is not weighed here")
+
+
 def read_earlier(tag: PurePath, read: dict[PurePath, Save], report: Report, config_root: str | None,
                   store: Store) -> Save | None:
     """An earlier save, read once; None (and a note) where it cannot be read."""
