@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nox
@@ -126,7 +127,8 @@ def _own_ports(session: nox.Session, kind: str, index: int = 0) -> None:
              "launchers": len(tiers.TEST_DEEPSPEED), "matrix_engine": len(tiers.ENGINE_TIER),
              "accelerate": len(tiers.ACCELERATE_TIER_DEEPSPEED) + 1,  # + ci_accelerate
              "era": len(eras.ERAS), "upstream_suite": 1, "newest": 1, "package": 1, "admin": 1,
-             "differential": len(tiers.ENGINE_TIER)}
+             "differential": len(tiers.ENGINE_TIER),
+             "histories": len(tiers.TEST_DEEPSPEED)}
     names = list(kinds)
     first = sum(kinds[name] for name in names[:names.index(kind)])
     assert 0 <= index < kinds[kind], (kind, index)
@@ -162,6 +164,22 @@ def tests(session: nox.Session, deepspeed: str) -> None:
         [f"--ignore={module}" for module in tiers.ONE_RELEASE_TESTS]
     session.run("pytest", "-q", "-p", "no:cacheprovider", "--durations=8", *once, *session.posargs,
                 env={"PYTHONUNBUFFERED": "1"})
+
+
+@nox.session(python="3.11")
+@nox.parametrize("deepspeed", list(tiers.TEST_DEEPSPEED))
+def histories(session: nox.Session, deepspeed: str) -> None:
+    """A long search for run histories that break the audit's rule (tests/test_audit_histories.py; CI runs 2): 200
+    histories of 8 steps on real CPU engines, from a seed of the clock unless AWP_HISTORY_SEED is given (about an
+    hour and a half on a 2-core machine). A failing history is shrunk and kept in tests/histories_found.json."""
+    _install_stack(session, deepspeed)
+    _own_ports(session, "histories", tiers.TEST_DEEPSPEED.index(deepspeed))
+    session.install("pytest")
+    seed = os.environ.get("AWP_HISTORY_SEED") or str(int(time.time()))
+    session.log(f"AWP_HISTORY_SEED={seed}")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "-x", "tests/test_audit_histories.py", *session.posargs,
+                env={"PYTHONUNBUFFERED": "1", "AWP_HISTORIES": os.environ.get("AWP_HISTORIES", "200"),
+                     "AWP_HISTORY_STEPS": os.environ.get("AWP_HISTORY_STEPS", "8"), "AWP_HISTORY_SEED": seed})
 
 
 @nox.session(python="3.11", requires=["lint", "unit"])

@@ -73,9 +73,10 @@ folder holds the saves of several (accelerate's pytorch_model, pytorch_model_1).
 URL (s3://bucket/prefix: pip install fsspec s3fs, or the [s3] / [gcs] extra). Nothing a checkpoint's
 pickle names is imported or run, no tensor is read, every read is bounded; needs neither torch nor
 deepspeed. A ds_config saved as a path is read when absolute, or relative under
---config-root. Each run is written as soon as it is judged, a summary at the end (on stderr with
---json/--jsonl); Ctrl-C or SIGTERM stops it with every run judged so far written whole, then the partial
-summary (exit 130 / 143)."""
+--config-root, as it is now: it may make a verdict worse or unknown, never clear a run. Each run is
+written as soon as it is judged, a summary always at the end (on stderr with --json/--jsonl; an audit
+that judged nothing says so and exits 2); Ctrl-C or SIGTERM stops it with every run judged so far
+written whole, then the partial summary (exit 130 / 143)."""
 
 
 PYTHON_FLAGS = ("the job's own interpreter flags, as one word with '=' (--python-flags=-S, --python-flags='-X dev'): "
@@ -142,12 +143,14 @@ def _parser() -> argparse.ArgumentParser:
                            "merged): check that they are every shard of one audit, each once and finished (else "
                            "name each part that is not and exit 2), print their summary, exit as the audit would")
     audit.add_argument("--config-root", metavar="DIR",
-                       help="the job's working directory: where a ds_config saved as a relative path is read")
+                       help="the job's working directory: where a ds_config saved as a relative path is read "
+                            "(a file read outside the checkpoint may make a verdict worse, never clear it)")
     audit.add_argument("--exclude", metavar="GLOB", action="append", default=[],
                        help="a folder not to enter, by name or by path under the PATH (repeatable: "
                             "--exclude wandb --exclude '*/hf_export')")
     audit.add_argument("-v", "--verbose", action="store_true",
-                       help="a line for each symlinked folder not followed (else only their count in the summary)")
+                       help="a line for each symlinked folder not followed (else their count and the first three "
+                            "in the summary)")
     audit.add_argument("--jobs", metavar="N", type=_positive, default=1,
                        help="judge runs in N worker processes (the same reports, in the same order)")
     audit.add_argument("--shard", metavar="K/N", type=_shard, default=(0, 1),

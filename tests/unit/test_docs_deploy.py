@@ -113,16 +113,20 @@ def test_where_a_symlinked_folder_is_said_to_be_skipped_the_docs_say_only_with_v
         assert all("--verbose" in claim for claim in claims), claims
 
 
-def test_the_summary_is_promised_only_where_a_run_was_judged(tmp_path: Path) -> None:
-    # a PATH with no run is its error line alone, no summary (#57: "then a summary" said otherwise)
+def test_the_summary_is_always_printed_and_an_audit_that_judged_nothing_exits_2(tmp_path: Path) -> None:
+    # a PATH with no run: its error line, then the summary saying nothing was judged, exit 2 (#55 item 5: silence
+    # read as all-clear); the README, docs/audit.md and the array recipe say so
     proc = subprocess.run([sys.executable, "-m", "accelerate_warmup_patch", "audit", str(tmp_path)],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    said = (proc.stdout + proc.stderr).splitlines()
-    assert proc.returncode == 2 and said and not [x for x in said if x.lstrip().startswith("summary")], proc
+    said = proc.stdout.splitlines()  # the text's summary, on stdout; the PATH's error line on stderr
+    assert proc.returncode == 2 and said and said[0].startswith("summary") and proc.stderr, proc
+    assert "nothing was judged" in said[-1], proc
     line = quickstart.line("accelerate-warmup-patch audit /runs")
     comment = next(x for x in _readme().splitlines() if x.startswith(line)).split("  #", 1)[1]
-    assert "summary" in comment and " if " in comment, comment
-    assert "where a run was judged or a signal stopped it" in " ".join(AUDIT_DOC.read_text().split())
+    assert "summary always" in comment, comment
+    doc = " ".join(AUDIT_DOC.read_text().split())
+    assert "summary always closes the output" in doc and "nothing was judged" in doc, "docs/audit.md"
+    assert "exits 2" in (DEPLOY / "audit-array.sbatch").read_text().replace("\n# ", " "), "the array recipe"
 
 
 # A module path ---------------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ... import record_data, releases
+from ... import record_data, releases, upstream
 from .. import config_facts
 from .judge import backported_changes, change_applied, judge, step0_only, table_release, unknown_later
 from .read import Save
@@ -17,10 +17,12 @@ WORST = {NOT_AFFECTED: 0, UNKNOWN: 1, AFFECTED: 2}  # the order of the verdicts,
 
 
 def judge_from_chain(report: Report, chain: Save, scheduler: str, params: dict[str, Any],
-                      newest: Save, earlier: Save | None = None, *, copy: bool = False) -> None:
+                      newest: Save, earlier: Save | None = None, *, copy: bool = False,
+                      params_known: bool = True) -> None:
     """One verdict from every fact: step 0 from the chain of the newest bound record (unless a gap in it leaves
     it open, ``earlier``), then the later changes the guard table finds in the newest save when the process that
-    wrote it ran unpatched. The worst of them wins, and ``why`` names each."""
+    wrote it ran unpatched (``params_known`` False: the checkpoint does not hold the scheduler's params, and those
+    changes are ``unknown``). The worst of them wins, and ``why`` names each."""
     record = chain.record
     assert record is not None
     report.step0_checkpoint = str(chain.file)  # the save whose record tells step 0
@@ -30,12 +32,44 @@ def judge_from_chain(report: Report, chain: Save, scheduler: str, params: dict[s
         found[0] = _unless_a_gap(report, scheduler, params, earlier, found[0], differences)
     if chain is not newest and found[0][0] == NOT_AFFECTED and not copy:  # a copy's process is the chain's own
         found[0] = _unless_started_afresh(report, scheduler, params, chain, newest, found[0])
-    if not _patched_process(newest):
+    if not _patched_process(newest) and not params_known and scheduler in releases.scheduler_classes() and \
+            needs_nothing(newest.version, newest.version) is None:
+        found.append((UNKNOWN, f"the newest save's process ({newest.tag.name}) ran unpatched, and the checkpoint does "
+                               "not hold the scheduler's params: the changes after step 0 cannot be judged"))
+    elif not _patched_process(newest):
         later = _later_changes(report, scheduler, params, newest)
         if later is not None:
             found.append(later)
     report.verdict = max((verdict for verdict, _ in found), key=WORST.__getitem__)
     report.why = "; ".join(why for _, why in found if why)
+
+
+def proves_step0(chain: Save) -> bool:
+    """Whether the chain's bound record observed step 0 and holds what the reference runs it at, computed by the
+    patch from the scheduler itself: then it decides, whatever the ds_config says or lacks."""
+    step0 = chain.record.get("step0") if chain.record is not None else None
+    return chain.vouched and isinstance(step0, dict) and step0.get("how") == record_data.OBSERVED and \
+        step0.get("expected") is not None
+
+
+def needs_nothing(*versions: str) -> str | None:
+    """Why runs on these releases ran as the reference whatever their scheduler (each a release the table was read
+    at, or a vendor build of one, that lacks no backported change for any class); None where one may not."""
+    named = []
+    for version in versions:
+        release = table_release(version)
+        if release is None or releases.deepspeed_support(release) is not releases.Support.KNOWN or \
+                any(upstream.missing_backports(scheduler, release) or not _starts_every_group(scheduler, release)
+                    for scheduler in releases.scheduler_classes()):
+            return None
+        named.append(version)
+    return (f"DeepSpeed {' and '.join(dict.fromkeys(named))} lacks none of the changes the patch backports, for "
+            f"any scheduler class: it runs every step as {releases.BEHAVIOR_REFERENCE} does")
+
+
+def _starts_every_group(scheduler: str, release: str) -> bool:
+    start = releases.start_fact(scheduler, release)
+    return start is not None and start.value is releases.Start.SETS_EVERY_GROUP
 
 
 def _unless_started_afresh(report: Report, scheduler: str, params: dict[str, Any], chain: Save,

@@ -103,6 +103,7 @@ def main(paths: list[str], as_json: bool = False, config_root: str | None = None
     options = options or Options(config_root)
     writer = writers.WRITERS[form](sys.stdout)
     tally = Summary()
+    tally.shard = options.shard
     errors: list[str] = []
     stopped: int | None = None
     progress = RunCounter()
@@ -128,8 +129,7 @@ def main(paths: list[str], as_json: bool = False, config_root: str | None = None
         if form == JSONL:
             writer.write(parts.closing(paths, options.shard, options.exclude, reports=sum(tally.verdicts.values()),
                                        stopped=stopped, errors=errors))
-        if tally.verdicts or stopped is not None:  # a PATH's error line alone needs no summary under it
-            tally.write(sys.stdout if form == TEXT else sys.stderr, stopped)
+        tally.write(sys.stdout if form == TEXT else sys.stderr, stopped)  # always: silence is not all-clear
     if stopped is not None:
         return 128 + stopped
     return tally.exit_code(errors)

@@ -16,6 +16,8 @@ from .read import number
 from .report import Lr, Report, lr_text
 from .verdicts import AFFECTED, NOT_AFFECTED, UNKNOWN, UNREADABLE
 
+STEP0_DIFFERENCE = "group "  # how a difference of step 0 begins ("group 0 ran step 0 at ..."), a later change's not
+
 
 @dataclass(frozen=True)
 class Step0Lrs:
@@ -94,11 +96,11 @@ def judge(report: Report, scheduler: str, params: dict[str, Any], version: str, 
     for index, (before, after) in enumerate(zip(ran, reference)):
         if before is None and start_missing:  # the group's own lr, which the file does not hold
             whose = "the optimizer's lr" if index == 0 else "its own lr"
-            hurt.append(f"group {index} ran step 0 at {whose} (not in the file), {releases.BEHAVIOR_REFERENCE} "
-                        f"runs it at {lr_text(after)}")
+            hurt.append(f"{STEP0_DIFFERENCE}{index} ran step 0 at {whose} (not in the file), "
+                        f"{releases.BEHAVIOR_REFERENCE} runs it at {lr_text(after)}")
         elif before is not None and after is not None and before != after:
-            hurt.append(f"group {index} ran step 0 at {lr_text(before)}, {releases.BEHAVIOR_REFERENCE} runs it at "
-                        f"{lr_text(after)}")
+            hurt.append(f"{STEP0_DIFFERENCE}{index} ran step 0 at {lr_text(before)}, "
+                        f"{releases.BEHAVIOR_REFERENCE} runs it at {lr_text(after)}")
         elif after is None or before is None:
             unsure.append(f"group {index}'s step-0 lr is not in the file")
     if groups is None and fact.value is releases.Start.SETS_GROUP_0_ONLY:

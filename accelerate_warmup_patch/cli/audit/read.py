@@ -17,6 +17,9 @@ from .find import model_states
 from .stores import LOCAL, Store
 
 CONFIG_BYTES = 4 * 1024 * 1024  # the bound of a ds_config file the audit reads (a record's is record_data's)
+# ``config_root`` that reads no ds_config file outside the checkpoint: what the checkpoint alone says (run_report
+# judges a run that a file outside cleared once more with it). A NUL byte is in no path.
+CHECKPOINT_ONLY = "\0the checkpoint only"
 
 
 @dataclass
@@ -43,6 +46,10 @@ class Save:
     # tells one engine's saves from another's whatever their tags are named
     model: str | None = None
     binding: dict[str, Any] | None = None  # its model-states file's (record_data.binding), where it was read
+    # the file its ds_config was read from, where the engine was given a path (the checkpoint holds the path alone):
+    # a fact from outside the checkpoint, which may make a verdict worse, never clear it
+    config_file: str | None = None
+    skipped_steps: Any = None  # optimizer steps skipped on an fp16 overflow, which step no scheduler
 
     @property
     def vouched(self) -> bool:
@@ -65,7 +72,7 @@ def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCA
     if not isinstance(data, dict) or not isinstance(data.get("ds_version"), str):
         raise Unreadable(f"{file.name}: not a DeepSpeed model-states file (no ds_version)")
     notes: list[str] = []
-    config, problem = _ds_config(data.get("ds_config"), notes, config_root)
+    config, problem, config_file = _ds_config(data.get("ds_config"), notes, config_root)
     state = data.get("lr_scheduler")
     iteration = None
     if isinstance(state, dict) and set(state) == {"last_batch_iteration"}:
@@ -84,7 +91,7 @@ def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCA
     if stepped is None and global_steps == 0 and isinstance(iteration, int) and iteration >= 0:
         stepped = _zero_optimizer_stepped(tag, store)  # only where global_steps and the scheduler disagree
     return Save(tag, file, version, config, problem, global_steps, iteration, _group_count(data), state, record,
-                notes, stepped, _model(data), binding)
+                notes, stepped, model_identity(data), binding, config_file, number(data.get("skipped_steps")))
 
 
 def _others(tag: PurePath, bound_file: str, store: Store) -> dict[str, Any]:
@@ -131,6 +138,18 @@ def _this_saves(record: dict[str, Any], *, binding: dict[str, Any] | None, versi
     return record
 
 
+def not_deepspeeds(save: Save) -> str | None:
+    """Why the scheduler the engine held when it wrote ``save`` is not one of DeepSpeed's, from the state the file
+    holds (a torch lr scheduler's ``base_lrs`` and ``last_epoch``; DeepSpeed's save ``{"last_batch_iteration": N}``
+    alone); None where it may be. The bug is in DeepSpeed's scheduler constructors, so such a run is not affected."""
+    state = save.scheduler_state
+    if not isinstance(state, dict) or "last_batch_iteration" in state or not {"base_lrs", "last_epoch"} <= set(state):
+        return None
+    return (f"the engine's scheduler in {save.tag.name} saved a torch lr scheduler's state (base_lrs, last_epoch), "
+            "not one of DeepSpeed's (the HF Trainer's lr_scheduler_type, or your own): the bug is in DeepSpeed's "
+            "scheduler constructors and cannot reach it, patched or not")
+
+
 def number(value: Any) -> Any:
     """A number the file holds, or None (a bool, a huge int, a non-finite float, anything else)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -140,18 +159,25 @@ def number(value: Any) -> Any:
     return value if math.isfinite(value) else None
 
 
-def _ds_config(config: Any, notes: list[str], config_root: str | None) -> tuple[dict[str, Any], str | None]:
-    """The saved ds_config, and why it could not be read (None when it could). An engine given a path saves the
-    path: that file is read when the path is absolute, or relative and ``--config-root`` says against what."""
+def _ds_config(config: Any, notes: list[str],
+               config_root: str | None) -> tuple[dict[str, Any], str | None, str | None]:
+    """The saved ds_config, why it could not be read (None when it could), and the file it was read from (None
+    where the checkpoint holds it). The save holds what deepspeed.initialize handed the engine
+    (``ds_config=self.config`` in engine.py's _save_checkpoint): the path alone on the releases whose initialize does
+    not load it first (docs/audit.md names them). That file is read as it is now when the path is absolute, or
+    relative and ``--config-root`` says against what; never with ``CHECKPOINT_ONLY``."""
     if isinstance(config, dict):
-        return config, None
+        return config, None, None
     if not isinstance(config, str):
-        return {}, None
+        return {}, None, None
     path = config
+    if config_root == CHECKPOINT_ONLY:
+        return {}, (f"the engine was given its config as a file, {path!r}, and the checkpoint holds only its path "
+                    "(a file read elsewhere never clears a run)"), None
     if not os.path.isabs(path):
         if config_root is None:
             return {}, (f"the engine was given its config as a relative path, {path!r}: not read (relative to the "
-                        "job's working directory, which the checkpoint does not hold; give --config-root DIR)")
+                        "job's working directory, which the checkpoint does not hold; give --config-root DIR)"), None
         path = os.path.join(config_root, path)
     try:
         text = checkpoint_pickle.read_capped(path, CONFIG_BYTES).decode("utf-8")
@@ -159,9 +185,10 @@ def _ds_config(config: Any, notes: list[str], config_root: str | None) -> tuple[
         if not isinstance(loaded, dict):
             raise Unreadable("not a JSON object")
     except (Unreadable, ValueError, RecursionError) as error:
-        return {}, f"the engine was given its config as a file, {path}, which cannot be read here: {error}"
-    notes.append(f"the engine was given its config as a file: read {path} as it is now, not as it was")
-    return loaded, None
+        return {}, f"the engine was given its config as a file, {path}, which cannot be read here: {error}", None
+    notes.append(f"the engine was given its config as a file: read {path} as it is now, not as it was (it may make "
+                 "the verdict worse, never clear it)")
+    return loaded, None, path
 
 
 def _bounded_int(text: str) -> int | None:
@@ -184,21 +211,37 @@ def _record(tag: PurePath, notes: list[str], store: Store) -> dict[str, Any] | N
     return record
 
 
-def _model(data: dict[str, Any]) -> str | None:
-    """A digest of the names of the module's parameters and buffers (the keys of its state_dict), or of
-    ``param_shapes``' names where the module is not in the file; None where neither is."""
+def model_identity(data: dict[str, Any]) -> str | None:
+    """A digest of the engine's model as the file holds it: each parameter's and buffer's name, shape and dtype
+    (its module's state_dict), and each name and shape ``param_shapes`` lists (ZeRO's, where the module holds
+    placeholders); None where the file holds neither. Two engines of one class (a GAN's two ``nn.Sequential``) share
+    names; their shapes or dtypes tell them apart."""
     import hashlib
 
-    names: list[str] = []
+    entries: list[str] = []
     module = data.get("module")
     if isinstance(module, dict):
-        names = sorted(str(key) for key in module)
+        entries.extend(f"module {key} {_tensor_text(value)}" for key, value in module.items())
     shapes = data.get("param_shapes")
-    if not names and isinstance(shapes, list):
-        names = sorted(str(key) for group in shapes if isinstance(group, dict) for key in group)
-    if not names:
+    if isinstance(shapes, list):
+        entries.extend(f"shape {key} {_shape_text(value)}" for group in shapes if isinstance(group, dict)
+                       for key, value in group.items())
+    if not entries:
         return None
-    return "sha256:" + hashlib.sha256("\n".join(names).encode("utf-8", "surrogateescape")).hexdigest()
+    return "sha256:" + hashlib.sha256("\n".join(sorted(entries)).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _tensor_text(value: Any) -> str:
+    if isinstance(value, checkpoint_pickle.Tensor):
+        return f"{value.kind or '?'} {list(value.shape)}"
+    return type(value).__name__
+
+
+def _shape_text(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return str([n for n in value if isinstance(n, int)])
+    shape = getattr(value, "shape", None)
+    return str(list(shape)) if isinstance(shape, tuple) else type(value).__name__
 
 
 def _optimizer_states(data: dict[str, Any]) -> list[dict[str, Any]]:

@@ -25,6 +25,9 @@ class Report:
     step0_deepspeed_version: Any = None  # as a record names it: read, not checked
     scheduler: str | None = None
     params: dict[str, Any] | None = None
+    # the ds_config files read outside the checkpoint (an engine given a path saves the path alone), as they are now:
+    # they may make the verdict worse or unknown, never clear it
+    config_files: list[str] = field(default_factory=list)
     optimizer_lr: Lr = None
     param_groups: int | None = None
     global_steps: Any = None

@@ -9,13 +9,14 @@ import json
 from pathlib import PurePath
 from typing import Any
 
+from ... import record_data, releases
 from .. import config_facts
 from . import checkpoint_pickle
-from .chain import apply_claim, from_table, judge_from_chain
+from .chain import WORST, apply_claim, from_table, judge_from_chain, needs_nothing, proves_step0
 from .checkpoint_pickle import Unreadable
 from .find import Run
-from .judge import judge
-from .read import Save, number, read_save
+from .judge import STEP0_DIFFERENCE, judge
+from .read import CHECKPOINT_ONLY, Save, not_deepspeeds, number, read_save
 from .report import Report
 from .saves import (
     converted_elsewhere,
@@ -24,6 +25,7 @@ from .saves import (
     every_save,
     newest_bound_record,
     read_earlier,
+    restarted,
     same_engine_record,
     schedule,
     step_counts,
@@ -33,8 +35,24 @@ from .verdicts import AFFECTED, NOT_AFFECTED, UNKNOWN
 
 def audit_run(run: Run, config_root: str | None = None) -> Report:
     """The report of one run: step 0 judged from its earliest save that took a step (and the patch's record
-    there), the later changes from its newest save; never raises."""
-    report = Report(str(run.path))
+    there), the later changes from its newest save; never raises. Only the checkpoint's own facts clear a run: one
+    that a ds_config file read outside it cleared is judged once more from the checkpoint alone, and is ``not
+    affected`` only where that reading is too."""
+    report = _guarded(run, Report(str(run.path)), config_root)
+    if report.verdict != NOT_AFFECTED or not report.config_files:
+        return report
+    alone = _guarded(run, Report(str(run.path)), CHECKPOINT_ONLY)
+    if alone.verdict == NOT_AFFECTED:
+        return report
+    report.verdict = max(UNKNOWN, alone.verdict, key=WORST.__getitem__)
+    report.step0_lrs = report.step0_lr = None
+    report.differences.extend(alone.differences)
+    report.why = (f"only {', '.join(report.config_files)}, read as it is now and not as it was, clears it "
+                  f"({report.why}); the checkpoint alone says: {alone.why}")
+    return report
+
+
+def _guarded(run: Run, report: Report, config_root: str | None) -> Report:
     report.notes.extend(run.notes)
     try:
         return _audit_run(run, report, config_root)
@@ -84,16 +102,22 @@ def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
     if chain is None and first.record is None and isinstance(first.global_steps, int) and first.global_steps > 0:
         report.notes.append(f"step 0 ran before the save {first.tag.name} ({first.global_steps} optimizer "
                             "steps), in this job or one it resumed from; no record of the patch says otherwise")
+    report.config_files.extend(dict.fromkeys(s.config_file for s in (first, newest) if s.config_file))
     block = config.get("scheduler")
-    if first.config_problem is not None:
-        report.why = first.config_problem
+    scheduler: str | None = None
+    params: dict[str, Any] = {}
+    if first.config_problem is None and isinstance(block, dict) and block.get("type"):
+        scheduler, params = schedule(block, first)
+        report.scheduler, report.params = scheduler, params
+        report.notes.extend(config_facts.refused_later(scheduler, params))
+    foreign = None if _step0_elsewhere(chain) else not_deepspeeds(first)
+    if foreign is not None:  # whatever the config says or lacks, and patched or not
+        report.verdict, report.why = NOT_AFFECTED, foreign
+        every_save(run, read, report, config_root, judged=(first,), scheduler=scheduler or "", params=params)
         return report
-    if not isinstance(block, dict) or not block.get("type"):
-        report.why = "no scheduler in the ds_config: " + _scheduler_in_code(first.scheduler_state)
-        return report
-    scheduler, params = schedule(block, first)
-    report.scheduler, report.params = scheduler, params
-    report.notes.extend(config_facts.refused_later(scheduler, params))
+    if scheduler is None:
+        return _unconfigured(run, read, report, config_root, first=first, newest=newest, chain=chain,
+                             copy=chain is not None and chain is copy_of)
     if copy_of is not None and copy_of.record is not None and not copy_of.vouched:
         # a copy of a recorded save whose model states hold no weights: that record is a claim about these files
         report.verdict, report.why = from_table(report, scheduler, params, newest.version,
@@ -111,6 +135,14 @@ def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
     judge(report, scheduler, params, first.version, newest.version).onto(report)
     if first.record is not None:
         apply_claim(report, first.record)
+    resumed = restarted(first) if first.record is None else None
+    if resumed is not None and report.verdict == AFFECTED and all(d.startswith(STEP0_DIFFERENCE)
+                                                                  for d in report.differences):
+        # the table judged this save's process as the one that ran step 0; its own counts say it resumed (a
+        # difference of the later steps, which this process ran, still stands)
+        report.verdict, report.step0_lrs, report.step0_lr = UNKNOWN, None, None
+        report.differences.clear()
+        report.why = f"{resumed}; if that process ran unpatched on DeepSpeed {first.version}: {report.why}"
     unsure = next((count.disagree for count in counts if count.ran is None and count.disagree), None)
     if unsure is not None and report.verdict == AFFECTED:
         # the scheduler moved and nothing shows an optimizer step: user code may have stepped it ahead of training
@@ -118,6 +150,41 @@ def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
         report.why = (f"{unsure}; if an optimizer step ran, this run is affected: {report.why}")
     every_save(run, read, report, config_root, judged=(first,), scheduler=scheduler, params=params)
     return report
+
+
+def _unconfigured(run: Run, read: dict[PurePath, Save], report: Report, config_root: str | None, *, first: Save,
+                  newest: Save, chain: Save | None, copy: bool) -> Report:
+    """A run whose ds_config names no scheduler (one built in code, a callable) or is not in the checkpoint (a
+    path): a bound record that observed step 0 against the reference's lrs it computed decides; so does a release
+    that lacks no backported change for any class; else ``unknown``, naming what the file shows."""
+    if chain is not None and proves_step0(chain):
+        step0 = chain.record["step0"] if chain.record is not None else {}
+        scheduler = step0.get("scheduler") or (chain.record or {}).get("scheduler", {}).get("class") or ""
+        report.scheduler = report.scheduler or scheduler or None
+        earlier = earlier_proof(run, read, report, config_root, chain)
+        judge_from_chain(report, chain, scheduler, {}, newest, earlier, copy=copy, params_known=False)
+        every_save(run, read, report, config_root, judged=(chain, newest), scheduler=scheduler, params={})
+        return report
+    why = first.config_problem or "no scheduler in the ds_config: " + _scheduler_in_code(first.scheduler_state)
+    ran = chain.record.get("step0", {}).get("deepspeed") if chain is not None and chain.record is not None else None
+    if chain is not None and not isinstance(ran, str):
+        report.why = f"{why}; the record of {chain.tag.name} does not name the release that ran step 0"
+        return report
+    reference = needs_nothing(first.version, newest.version, *([ran] if isinstance(ran, str) else []))
+    if reference is None:
+        report.why = why
+        return report
+    report.verdict, report.why = NOT_AFFECTED, f"{reference} ({why})"
+    every_save(run, read, report, config_root, judged=(first, newest), scheduler="", params={})
+    return report
+
+
+def _step0_elsewhere(chain: Save | None) -> bool:
+    """Whether a bound record says step 0 ran under one of DeepSpeed's schedulers, or in a process it did not
+    observe: then it, not the state a later process's scheduler saved, decides."""
+    step0 = chain.record.get("step0") if chain is not None and chain.record is not None else None
+    return isinstance(step0, dict) and (step0.get("scheduler") in releases.scheduler_classes() or
+                                        step0.get("how") != record_data.OBSERVED)
 
 
 def _scheduler_in_code(state: Any) -> str:

@@ -67,7 +67,7 @@ def _one_path(path: str, options: Options, tally: Summary, seen: dict[str, str] 
     for item in walk(path, options.exclude):
         relative = _relative(item.path, prefix)
         if isinstance(item, Symlinked):
-            tally.symlinked += 1
+            tally.skipped_link(str(item.path))
             if options.verbose and _mine(relative, options.shard):
                 yield Row(Report(str(item.path), verdict=SKIPPED, why="a symlink to a folder: not followed (name it "
                                  "as a PATH to audit what it points to)").row())
@@ -87,6 +87,7 @@ def _one_path(path: str, options: Options, tally: Summary, seen: dict[str, str] 
         if _mine(relative, options.shard):
             yield item
     if again and not new and _mine(".", options.shard):  # a PATH named twice, or through a link: still its line
+        tally.repeated += 1
         yield Row(Report(path, verdict=SKIPPED,
                          why=f"the same run{'s' if len(again) > 1 else ''} as {', '.join(dict.fromkeys(again))}, "
                              "reported once (above)").row())

@@ -13,7 +13,7 @@ from .chain import WORST, step0_from_origin
 from .checkpoint_pickle import Unreadable
 from .find import Run
 from .judge import judge
-from .read import Save, number, read_save
+from .read import Save, not_deepspeeds, number, read_save
 from .report import Report
 from .stores import Store
 from .verdicts import AFFECTED, NOT_AFFECTED, RECORD_FILE, UNKNOWN
@@ -56,10 +56,12 @@ def every_save(run: Run, read: dict[PurePath, Save], report: Report, config_root
             continue
         if tag in run.tags:
             steps.add(save.global_steps)
-        elif not _same_engine(save, model, steps):
+        elif not _same_engine(save, read.get(run.tag), model, steps):
             continue
-        if step_counts(save).ran is False:
-            continue  # no optimizer step before it: no lr was used yet
+        if save.config_file and save.config_file not in report.config_files:
+            report.config_files.append(save.config_file)
+        if step_counts(save).ran is False or not_deepspeeds(save) is not None:
+            continue  # no optimizer step before it (no lr was used yet), or a scheduler the bug cannot reach
         found.append(_vouched(report, save, scheduler, params) if save.vouched else
                      _fresh_start(report, save))
     worst = [item for item in found if item[0] != NOT_AFFECTED]
@@ -72,13 +74,24 @@ def every_save(run: Run, read: dict[PurePath, Save], report: Report, config_root
             report.step0_lrs = report.step0_lr = None
 
 
-def _same_engine(sibling: Save, model: str | None, steps: set[Any]) -> bool:
-    """Whether a save under another tag name is this engine's, from what the files hold: the same model, saved at
-    a step count none of this engine's saves has (accelerate's save_state of two models saves both at one step: two
-    engines; custom tags such as epoch1..epoch4 across an upgrade resume: one engine at several steps)."""
+def _same_engine(sibling: Save, newest: Save | None, model: str | None, steps: set[Any]) -> bool:
+    """Whether a save under another tag name is this engine's, from what the files hold: the same model (its
+    parameters' names, shapes and dtypes), the same scheduler class where both saves' bound records name one, saved
+    at a step count none of this engine's saves has (accelerate's save_state of two models saves both at one step:
+    two engines; custom tags such as epoch1..epoch4 across an upgrade resume: one engine at several steps)."""
     if sibling.model is not None and model is not None and sibling.model != model:
         return False
+    if newest is not None and _scheduler_classes_differ(sibling, newest):
+        return False
     return sibling.global_steps not in steps
+
+
+def _scheduler_classes_differ(one: Save, other: Save) -> bool:
+    """Whether the bound records of two saves name different scheduler classes (two engines, whatever else
+    they share)."""
+    classes = [save.record["scheduler"]["class"] if save.vouched and save.record is not None and
+               save.record.get("scheduler") else None for save in (one, other)]
+    return None not in classes and classes[0] != classes[1]
 
 
 def _vouched(report: Report, save: Save, scheduler: str, params: dict[str, Any]) -> tuple[str, str]:
@@ -146,6 +159,20 @@ def step_counts(save: Save) -> Steps:
     return Steps(False)
 
 
+def restarted(save: Save) -> str | None:
+    """Why the file shows that its scheduler was built after the run's step 0, in a process that resumed from an
+    earlier save without the scheduler's state: its iteration counts fewer steps than the engine's (less the steps
+    an fp16 overflow skipped, which step no scheduler). None where the counts agree or do not say."""
+    steps, iteration, skipped = save.global_steps, save.iteration, save.skipped_steps or 0
+    if not isinstance(steps, int) or not isinstance(iteration, int) or not isinstance(skipped, int) or iteration < 0:
+        return None
+    if iteration + 1 >= steps - skipped:
+        return None
+    return (f"{save.tag.name}'s scheduler counts {iteration + 1} steps and the engine {steps - skipped}: it was built "
+            f"after global step {steps - skipped - iteration - 1}, in a process that resumed from an earlier save "
+            "without the scheduler's state, so step 0 ran in a process whose save is not weighed here")
+
+
 def read_earlier(tag: PurePath, read: dict[PurePath, Save], report: Report, config_root: str | None,
                   store: Store) -> Save | None:
     """An earlier save, read once; None (and a note) where it cannot be read."""
@@ -174,9 +201,10 @@ def newest_bound_record(run: Run, read: dict[PurePath, Save], report: Report,
 def same_engine_record(run: Run, read: dict[PurePath, Save], report: Report, config_root: str | None,
                        newest: Save) -> Save | None:
     """Where none of an engine's own tags holds a bound record, the nearest earlier save of the same engine under
-    another tag name that does: the same model (its parameter names) at fewer optimizer steps (custom tags such as
-    epoch1..epoch4, a patched start resumed unpatched). A tag's name does not say which engine saved it; the files
-    do. Its chain is then read as this engine's, and a fresh start in between stays possible (chain.py)."""
+    another tag name that does: the same model (its parameters' names, shapes and dtypes) and scheduler class at
+    fewer optimizer steps (custom tags such as epoch1..epoch4, a patched start resumed unpatched). A tag's name does
+    not say which engine saved it; the files do. Its chain is then read as this engine's, and a fresh start in
+    between stays possible (chain.py)."""
     if newest.model is None or not isinstance(newest.global_steps, int):
         return None
     found: Save | None = None
@@ -184,8 +212,8 @@ def same_engine_record(run: Run, read: dict[PurePath, Save], report: Report, con
         if tag not in read and not run.store.exists(tag / RECORD_FILE):
             continue
         save = read_earlier(tag, read, report, config_root, run.store)
-        if save is None or not save.vouched or save.model != newest.model or \
-                not isinstance(save.global_steps, int) or save.global_steps >= newest.global_steps:
+        if save is None or not save.vouched or save.model != newest.model or _scheduler_classes_differ(save, newest) \
+                or not isinstance(save.global_steps, int) or save.global_steps >= newest.global_steps:
             continue
         if found is None or save.global_steps > found.global_steps:
             found = save

@@ -1,0 +1,59 @@
+"""The audit's rule over generated run histories (#55 item 6; tests/histories.py says what a history is): real engines
+of the installed DeepSpeed on CPU, in a child process per history (tests/children/history.py: the patch applied in
+each engine's mode, or removed), the audit after every step, and the rule checked against each save's truth. A
+failing history is shrunk and kept in tests/histories_found.json, which every run replays first.
+
+Budget: CI runs ``AWP_HISTORIES`` histories (default 2) of ``AWP_HISTORY_STEPS`` steps (default 5) from the seed
+``AWP_HISTORY_SEED`` (default 0): about 12 engine runs in two children, 14 s on 0.15.2 on the 2-core machine.
+``nox -s "histories(...)"`` runs a long search (200 histories of 8 steps, a seed from the clock unless given).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import histories
+import pytest
+from conftest import installed, run_child
+
+installed("deepspeed")  # real engines: without DeepSpeed the module skips
+
+FOUND = Path(__file__).parent / "histories_found.json"
+COUNT = int(os.environ.get("AWP_HISTORIES", "2"))
+LENGTH = int(os.environ.get("AWP_HISTORY_STEPS", "5"))
+SEED = int(os.environ.get("AWP_HISTORY_SEED", "0"))
+
+
+def _problems(steps: list[histories.Step], root: Path) -> list[str]:
+    """Each break of the rule after each step of the history, played afresh under ``root`` in a child
+    (tests/children/history.py: its engines' process group and port go with it)."""
+    proc = run_child("history.py", json.dumps(steps), str(root))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return list(json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:]))
+
+
+def _kept() -> list[dict[str, Any]]:
+    return json.loads(FOUND.read_text()) if FOUND.exists() else []
+
+
+def test_every_kept_history_keeps_the_rule(tmp_path: Path) -> None:
+    for example, kept in enumerate(_kept()):
+        assert _problems(kept["steps"], tmp_path / f"kept{example}") == [], kept
+
+
+@pytest.mark.parametrize("index", range(COUNT))
+def test_generated_histories_keep_the_rule(index: int, tmp_path: Path) -> None:
+    rng = random.Random(SEED * 100_003 + index)
+    steps = histories.history(rng, LENGTH)
+    problems = _problems(steps, tmp_path / "run")
+    if not problems:
+        return
+    trials = iter(range(1_000))
+    smallest = histories.shrunk(steps, lambda trial: bool(_problems(trial, tmp_path / f"shrink{next(trials)}")))
+    shown = _problems(smallest, tmp_path / "shown")
+    histories.keep(FOUND, smallest, shown)
+    pytest.fail(f"the rule broke (kept in {FOUND.name}): {shown}\nhistory: {json.dumps(smallest)}")

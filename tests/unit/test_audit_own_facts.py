@@ -1,0 +1,220 @@
+"""Audit v5 (#55 items 2-4), the judgement alone on synthetic checkpoints (tests/unit/audit_files.py): only the
+checkpoint's own facts clear a run, a bound record that proves step 0 decides whatever the config says or lacks, a
+scheduler that is not DeepSpeed's is "not affected", and an engine is known by its parameters' names, shapes and
+dtypes. DeepSpeed 0.15.2 runs WarmupLR's step 0 at the optimizer's lr, 0.19.8 at warmup_min_lr. The same cases on
+real engines: tests/test_audit_shapes.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[2]))
+import audit_files as files
+from audit_files import Call, Global, Tensor, audit, one
+from test_audit_proof import observed, record2, write_record
+
+from accelerate_warmup_patch.cli import audit as audit_cli
+
+WARMUP: dict[str, Any] = {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 1e-3,
+                                                         "warmup_num_steps": 5, "warmup_type": "linear"}}
+# a config whose warmup starts at the optimizer's lr: 0.15.2 ran step 0 as 0.19.8 does, had the file said so then
+HARMLESS = {"type": "WarmupLR", "params": {"warmup_min_lr": 1e-3, "warmup_max_lr": 1e-3, "warmup_num_steps": 5,
+                                           "warmup_type": "linear"}}
+TORCH_STATE = {"base_lrs": [1e-3], "last_epoch": 6, "_step_count": 7, "_last_lr": [1e-3], "lr_lambdas": [None]}
+
+
+def _config_file(folder: Path, scheduler: dict[str, Any] | None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    config: dict[str, Any] = {"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "Adam",
+                                                                                "params": {"lr": 1e-3}}}
+    if scheduler is not None:
+        config["scheduler"] = scheduler
+    path = folder / "ds_config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def _with(states: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    return {**states, **changes}
+
+
+def _patched(save_dir: Path, value: dict[str, Any], step0: dict[str, Any], *, tag: str = "global_step6",
+             scheduler: str | None = "WarmupLR", **record: Any) -> Path:
+    files.write_run(save_dir, tag=tag, value=value)
+    folder = save_dir / tag
+    written = record2(folder, step0, deepspeed=value["ds_version"], global_steps=value["global_steps"],
+                      scheduler=scheduler or "WarmupLR", **record)
+    if scheduler is None:
+        written["scheduler"] = None
+    write_record(folder, written)
+    return folder
+
+
+def _main(*args: str) -> tuple[int, list[dict[str, Any]]]:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = audit_cli.main(list(args[1:]), as_json=True, config_root=args[0])
+    return code, json.loads(out.getvalue())
+
+
+# Item 2: only the checkpoint's own facts clear a run -------------------------------------------------------------
+
+def test_a_config_file_read_by_its_path_never_clears_an_unpatched_run(tmp_path: Path) -> None:
+    # today's file says the warmup starts at the optimizer's lr; the job may have run another (#55 item 2)
+    path = _config_file(tmp_path / "configs", HARMLESS)
+    files.write_run(tmp_path / "run", ds_config=str(path))
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "unknown" and code == 0, report
+    assert "read as it is now" in report["why"] and str(path) in report["why"], report
+    assert report["config_files"] == [str(path)] and report["step0_lr"] is None, report
+
+
+def test_a_config_file_read_by_its_path_may_make_a_verdict_worse(tmp_path: Path) -> None:
+    path = _config_file(tmp_path / "configs", WARMUP)
+    files.write_run(tmp_path / "run", ds_config=str(path))
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "affected" and code == 1, report
+    assert report["config_files"] == [str(path)], report
+
+
+def test_config_root_reads_a_relative_path_that_may_make_it_worse_never_clear_it(tmp_path: Path) -> None:
+    _config_file(tmp_path / "job", HARMLESS)
+    files.write_run(tmp_path / "run", ds_config="ds_config.json")
+    _, (report,) = _main(str(tmp_path / "job"), str(tmp_path / "run"))
+    assert report["verdict"] == "unknown" and "read as it is now" in report["why"], report
+    _config_file(tmp_path / "job", WARMUP)
+    _, (report,) = _main(str(tmp_path / "job"), str(tmp_path / "run"))
+    assert report["verdict"] == "affected", report
+
+
+def test_a_config_saved_in_the_checkpoint_still_clears(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "run", scheduler=HARMLESS)
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "not affected" and report["config_files"] == [], report
+
+
+# Item 3: a bound record that proves step 0 decides ----------------------------------------------------------------
+
+def test_a_bound_record_proves_step_0_whatever_the_config_path(tmp_path: Path) -> None:
+    relative = files.model_states(ds_config="ds_config.json")
+    _patched(tmp_path / "relative", relative, observed([0.0], [0.0]))
+    absolute = files.model_states(ds_config=str(_config_file(tmp_path / "configs", WARMUP)))
+    _patched(tmp_path / "absolute", absolute, observed([0.0], [0.0]))
+    for name in ("relative", "absolute"):
+        code, report = one(tmp_path / name)
+        assert report["verdict"] == "not affected" and code == 0, (name, report)
+        assert report["step0_lrs"] == [0.0] and report["newest_step0_lrs"] == [0.0], (name, report)
+
+
+def test_a_bound_record_proves_step_0_of_a_scheduler_built_in_code(tmp_path: Path) -> None:
+    # no scheduler block: a WarmupLR built in code, or passed as a callable; its state is DeepSpeed's
+    code_built = files.model_states(ds_config={"train_micro_batch_size_per_gpu": 2})
+    _patched(tmp_path / "run", code_built, observed([0.0], [0.0]))
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "not affected" and report["scheduler"] == "WarmupLR", report
+
+
+def test_a_bound_record_of_another_lr_is_affected_without_a_config(tmp_path: Path) -> None:
+    code_built = files.model_states(ds_config={"train_micro_batch_size_per_gpu": 2})
+    _patched(tmp_path / "run", code_built, observed([1e-3], [0.0], patch_did="warned"), mode="warn")
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "affected" and code == 1, report
+
+
+def test_a_record_that_proves_nothing_leaves_a_run_without_its_config_unknown(tmp_path: Path) -> None:
+    code_built = files.model_states(ds_config={"train_micro_batch_size_per_gpu": 2})
+    _patched(tmp_path / "no-expected", code_built, observed([0.0], None))
+    _patched(tmp_path / "unbound", code_built, observed([0.0], [0.0]), bound=False)
+    files.write_run(tmp_path / "unpatched", ds_config={"train_micro_batch_size_per_gpu": 2})
+    for name in ("no-expected", "unbound", "unpatched"):
+        _, report = one(tmp_path / name)
+        assert report["verdict"] == "unknown", (name, report)
+
+
+def test_a_proven_step_0_resumed_unpatched_without_a_config_is_unknown(tmp_path: Path) -> None:
+    # the newest save's process ran unpatched (warn): what its later steps met needs the params, which no file holds
+    code_built = files.model_states(ds_config={"train_micro_batch_size_per_gpu": 2})
+    _patched(tmp_path / "run", code_built, observed([0.0], [0.0]), mode="warn")
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "unknown" and "params" in report["why"], report
+
+
+def test_a_torch_scheduler_is_not_affected_patched_or_not(tmp_path: Path) -> None:
+    # the HF Trainer with no scheduler block: its own torch scheduler, which the engine holds and saves
+    trainer = files.model_states(ds_config={"train_micro_batch_size_per_gpu": 2})
+    trainer["lr_scheduler"] = TORCH_STATE
+    files.write_run(tmp_path / "unpatched", value=trainer)
+    _patched(tmp_path / "patched", trainer, observed([1e-3], None) | {"scheduler": None},
+             scheduler="torch.optim.lr_scheduler.LambdaLR")
+    for name in ("unpatched", "patched"):
+        code, report = one(tmp_path / name)
+        assert report["verdict"] == "not affected" and code == 0, (name, report)
+        assert "torch lr scheduler" in report["why"] and "not one of DeepSpeed's" in report["why"], (name, report)
+
+
+def test_an_unconfigured_run_on_a_release_that_lacks_no_backport_is_not_affected(tmp_path: Path) -> None:
+    files.write_run(tmp_path / "newest", version="0.19.8", ds_config="ds_config.json")
+    files.write_run(tmp_path / "buggy", version="0.15.2", ds_config="ds_config.json")
+    assert one(tmp_path / "newest")[1]["verdict"] == "not affected"
+    assert one(tmp_path / "buggy")[1]["verdict"] == "unknown"
+
+
+# Item 4: an engine is more than its parameters' names -------------------------------------------------------------
+
+def _engine(shape: tuple[int, int], storage: str = "FloatStorage") -> Call:
+    return Call(Global("collections", "OrderedDict"), ([["0.weight", Tensor(shape, storage)],
+                                                        ["0.bias", Tensor(shape[:1], storage)]],))
+
+
+def test_two_engines_with_alike_names_under_custom_tags_are_two(tmp_path: Path) -> None:
+    # a GAN: generator and critic, both nn.Sequential; the critic's truthful record is not the generator's
+    critic_warmup = {"type": "WarmupLR", "params": {**WARMUP["params"], "warmup_min_lr": 1e-5}}
+    generator = _with(files.model_states(scheduler=WARMUP), module=_engine((4, 4)))
+    critic = _with(files.model_states(scheduler=critic_warmup, global_steps=3), module=_engine((8, 4)))
+    _patched(tmp_path / "gan", generator, observed([0.0], [0.0]), tag="generator")
+    _patched(tmp_path / "gan", critic, observed([1e-5], None), tag="critic")
+    code, reports = audit(tmp_path / "gan")
+    verdicts = {r["engine"]: r["verdict"] for r in reports}
+    assert verdicts == {"generator": "not affected", "critic": "not affected"} and code == 0, reports
+
+
+def test_a_models_dtype_and_its_records_scheduler_class_tell_engines_apart(tmp_path: Path) -> None:
+    from accelerate_warmup_patch.cli.audit.read import read_save
+
+    for name, storage in (("fp32", "FloatStorage"), ("fp32-again", "FloatStorage"), ("fp16", "HalfStorage")):
+        files.write_run(tmp_path / name, value=_with(files.model_states(), module=_engine((4, 4), storage)))
+    fp32, again, fp16 = (read_save(tmp_path / name / "global_step6").model for name in ("fp32", "fp32-again", "fp16"))
+    assert fp32 == again and fp32 != fp16 and fp32 is not None
+    one_class = _with(files.model_states(scheduler=WARMUP), module=_engine((4, 4)))
+    decay = {"type": "WarmupDecayLR", "params": {**WARMUP["params"], "warmup_min_lr": 1e-5, "total_num_steps": 9}}
+    other = _with(files.model_states(scheduler=decay, global_steps=3), module=_engine((4, 4)))
+    _patched(tmp_path / "two", one_class, observed([0.0], [0.0]), tag="first")
+    # another engine: its record names another class, and its step 0 was not judged against first's schedule
+    _patched(tmp_path / "two", other, observed([1e-5], None), tag="second", scheduler="WarmupDecayLR")
+    _, reports = audit(tmp_path / "two")
+    assert {r["engine"]: r["verdict"] for r in reports}["first"] == "not affected", reports
+
+
+# Found by the search of run histories (#55 item 6) --------------------------------------------------------------
+
+def test_a_save_whose_scheduler_restarted_after_step_0_is_not_judged_as_the_process_that_ran_it(
+        tmp_path: Path) -> None:
+    # a resume without the scheduler's state (its iteration counts 1 step, the engine 6): step 0 ran in a process
+    # whose save is not here (deleted, or another folder), which the table cannot name
+    files.write_run(tmp_path / "restarted", value=_with(files.model_states(), lr_scheduler={"last_batch_iteration": 0}))
+    code, report = one(tmp_path / "restarted")
+    assert report["verdict"] == "unknown" and "built after global step 5" in report["why"] and code == 0, report
+    # an fp16 overflow skips a scheduler step, not a restart; and counts that agree are judged as before
+    skipped = _with(files.model_states(), lr_scheduler={"last_batch_iteration": 3}, skipped_steps=2)
+    files.write_run(tmp_path / "skipped", value=skipped)
+    files.write_run(tmp_path / "agree")
+    assert one(tmp_path / "skipped")[1]["verdict"] == "affected"
+    assert one(tmp_path / "agree")[1]["verdict"] == "affected"
