@@ -1,7 +1,7 @@
 """Audit v5 (#55 items 2-5) on real engines of the installed DeepSpeed (the suite's 0.15.2 and 0.19.8): the ordinary
 shapes of a run (tests/children/audit_shapes.py: a config given as an absolute or a relative path and edited after
 the run, a scheduler built in code or by a callable, a torch scheduler, a GAN's two engines with alike names under
-custom tags), trained once armed (reset) and once not, then audited from ``python -S`` with a copy of the package
+custom tags, bf16, gradient accumulation, frozen parameters, ZeRO 1-3), trained once armed (reset) and once not, then audited from ``python -S`` with a copy of the package
 alone. The truth is the lr each engine's first optimizer step used (a torch pre-hook), against 0.19.8's step 0 for the
 same schedule (warmup_min_lr 0.0; OneCycle's cycle_min_lr; a torch scheduler's own lr on every release).
 
@@ -25,11 +25,12 @@ from conftest import CHILDREN, bare_audit, installed
 installed("deepspeed")  # real engines: without DeepSpeed the module skips (tests/unit judges synthetic files)
 
 # 0.19.8's step 0 for each shape's schedule (the critic's OneCycle starts at cycle_min_lr on every release)
+PLAIN = ("bf16", "accumulation", "frozen", "zero1", "zero2", "zero3")  # a WarmupLR in the saved config
 REFERENCE = {"path-absolute": [0.0], "path-relative": [0.0], "code": [0.0], "callable": [0.0],
-             "gan-generator": [0.0], "gan-critic": [1e-4]}
+             "gan-generator": [0.0], "gan-critic": [1e-4], **{name: [0.0] for name in PLAIN}}
 # where the checkpoint holds the schedule (the others hold a path, or no scheduler block): an unpatched run that
 # differs from 0.19.8 is proven "affected" there, and "unknown" is the most the others can say
-CONFIG_SAVED = ("gan-generator", "gan-critic")
+CONFIG_SAVED = ("gan-generator", "gan-critic", *PLAIN)
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,7 @@ def _truth(trained: tuple[Path, dict[str, dict[str, list[float]]]], key: str) ->
 
 
 def test_every_shape_is_judged_by_the_rule_against_each_runs_truth(trained, audited) -> None:
-    assert len(audited) == 14, sorted(audited)  # 7 shapes (the gan's two engines apart) per arm
+    assert len(audited) == 26, sorted(audited)  # 13 shapes (the gan's two engines apart) per arm
     for key, report in audited.items():
         ran, reference = _truth(trained, key)
         same = ran == pytest.approx(reference, abs=1e-12)

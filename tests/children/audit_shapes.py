@@ -9,6 +9,8 @@ DeepSpeed and saves it under OUT/<shape>; prints ``RESULT {shape: the lrs each g
 - torch: no scheduler in the config; a torch LambdaLR by a callable (the HF Trainer's own, in kind).
 - gan: two engines whose modules are both ``nn.Sequential`` (alike names, other shapes), saved into one folder under
   custom tags; the critic runs a OneCycle, which sets its lr when built on every release.
+- bf16, accumulation, frozen, zero1, zero2, zero3: the config in the checkpoint, with bf16, two micro-batches a step,
+  a frozen first layer, or ZeRO stage 1, 2 or 3 (DeepSpeed's CPU accelerator has no fp16).
 """
 
 from __future__ import annotations
@@ -33,27 +35,39 @@ ONE_CYCLE = {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3, "cycle_first_step_size"
 STEPS = 3
 
 
-def _config(scheduler: dict[str, Any] | None) -> dict[str, Any]:
+# the engine's own options of each plain shape (a WarmupLR in the config)
+PLAIN = {"bf16": {"bf16": {"enabled": True}}, "accumulation": {"gradient_accumulation_steps": 2},
+         "frozen": {}, "zero1": {"zero_optimization": {"stage": 1}}, "zero2": {"zero_optimization": {"stage": 2}},
+         "zero3": {"zero_optimization": {"stage": 3}}}
+
+
+def _config(scheduler: dict[str, Any] | None, **options: Any) -> dict[str, Any]:
     config: dict[str, Any] = {"train_micro_batch_size_per_gpu": 2, "steps_per_print": 10_000,
                               "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
-                              "zero_optimization": {"stage": 0}}
+                              "zero_optimization": {"stage": 0}, **options}
     if scheduler is not None:
         config["scheduler"] = scheduler
     return config
 
 
 def _train(config: Any, save_dir: Path, *, tag: str | None = None, width: int = 4, steps: int = STEPS,
-           **kwargs: Any) -> list[float]:
-    """One engine, ``steps`` optimizer steps, saved; the lrs its first step used, per group."""
+           frozen: bool = False, **kwargs: Any) -> list[float]:
+    """One engine, ``steps`` optimizer steps, saved; the lrs its first step used, per group. ``frozen``: a first
+    layer whose parameters train not."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, width))
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=list(model.parameters()),
-                                                   config=config, **kwargs)
+    layers = [torch.nn.Linear(4, 4)] if frozen else []
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(4, width))
+    if frozen:
+        model[0].requires_grad_(False)
+    engine, _, _, _ = deepspeed.initialize(model=model, config=config, **kwargs,
+                                           model_parameters=[p for p in model.parameters() if p.requires_grad])
     used: list[list[float]] = []
     harness.demo.torch_optimizer(engine).register_step_pre_hook(
         lambda opt, *_: used.append([float(group["lr"]) for group in opt.param_groups]))
-    for _ in range(steps):
-        engine.backward(engine(torch.randn(2, 4)).pow(2).mean())
+    dtype = torch.bfloat16 if isinstance(config, dict) and "bf16" in config else torch.float32
+    micro = config.get("gradient_accumulation_steps", 1) if isinstance(config, dict) else 1
+    for _ in range(steps * micro):
+        engine.backward(engine(torch.randn(2, 4, dtype=dtype)).float().pow(2).mean())
         engine.step()
     engine.save_checkpoint(str(save_dir), tag=tag)
     return used[0]
@@ -85,6 +99,9 @@ def main() -> None:
     first["gan-generator"] = _train(_config({"type": "WarmupLR", "params": WARMUP}), OUT / "gan", tag="generator")
     first["gan-critic"] = _train(_config({"type": "OneCycle", "params": ONE_CYCLE}), OUT / "gan", tag="critic",
                                  width=8, steps=2)
+    for name, options in PLAIN.items():
+        first[name] = _train(_config({"type": "WarmupLR", "params": WARMUP}, **options), OUT / name,
+                             frozen=name == "frozen")
     # the next experiment: today's files start the warmup at the optimizer's lr, which would need no fix
     edited = _config({"type": "WarmupLR", "params": {**WARMUP, "warmup_min_lr": 1e-3}})
     for path in (absolute, job / "ds_config.json"):
