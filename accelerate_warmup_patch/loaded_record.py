@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from . import record_data, step_watch, torch_file, whole_file
+from . import binding, record_data, step_watch, torch_file, whole_file
 from .state import STATE
 
 
@@ -114,9 +114,9 @@ def _story(folder: str, hop: dict[str, Any], *, universal: bool = False) -> tupl
     if valid is None:
         return {"how": record_data.UNRECORDED, **base,
                 "why": f"the record beside the save it resumed from ({hop['tag']}) is not one this release reads"}, []
-    actual = record_data.bind(folder)
-    if not record_data.same_binding(raw.get("bound_to"), actual):
-        problem = record_data.binding_problem(raw.get("bound_to"), actual)
+    actual = binding.bind(folder)
+    if not binding.same_binding(raw.get("bound_to"), actual):
+        problem = binding.binding_problem(raw.get("bound_to"), actual)
         bound_to = raw.get("bound_to")
         how = record_data.UNBOUND if not isinstance(bound_to, dict) or bound_to.get("file") is None else \
             record_data.UNRECORDED
@@ -134,7 +134,7 @@ def _copied_from(folder: str, base: dict[str, Any]) -> tuple[dict[str, Any], lis
     states into the universal checkpoint's folder, not the record): that save's story, where its record is bound to
     it and its model-states file, whose bytes this one's are, holds the weights; where it holds none (ZeRO 3, the
     pipeline), the copy proves nothing, and the story says so. None where no save beside it matches."""
-    actual = record_data.bind(folder)
+    actual = binding.bind(folder)
     if actual.get("file") is None:
         return None
     parent, own = os.path.split(os.path.normpath(folder))
@@ -150,10 +150,10 @@ def _copied_from(folder: str, base: dict[str, Any]) -> tuple[dict[str, Any], lis
             continue
         valid = _valid_record_2(raw)
         if valid is None or not isinstance(raw, dict) or \
-                not record_data.same_model_states(raw.get("bound_to"), actual) or \
-                not record_data.same_binding(raw.get("bound_to"), record_data.bind(os.path.join(parent, name))):
+                not binding.same_model_states(raw.get("bound_to"), actual) or \
+                not binding.same_binding(raw.get("bound_to"), binding.bind(os.path.join(parent, name))):
             continue
-        if record_data.holds_weights(os.listdir(os.path.join(parent, name)), str(actual["file"])):
+        if binding.holds_weights(os.listdir(os.path.join(parent, name)), str(actual["file"])):
             return valid["step0"], valid["loads"]
         return {"how": record_data.UNBOUND, **base,
                 "why": f"the save it resumed from ({base['tag']}) holds no record; its model states are a copy of "

@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import bounded, record_data, torch_file
+from . import binding, bounded, torch_file
 from .state import STATE
 
-Fact = record_data.Fact
+Fact = binding.Fact
 KEY = "accelerate_warmup_patch/own_write/"  # the store's keys: this prefix, then the node (or ""), then the path
 
 
@@ -38,9 +38,9 @@ class Watch:
     budget: bounded.Budget = field(default_factory=bounded.Budget)  # this save's time for the store (bounded.py)
     save: str = ""  # the save's name, alike on every rank (attest.save_id), once the save has begun
     # absolute path -> its zip directory as read right after the own write (with its identity), so that the writer's
-    # binding reads it no second time (record_data.read_back_known)
+    # binding reads it no second time (binding.read_back_known)
     directories: dict[str, torch_file.ZipDirectory] = field(default_factory=dict)
-    read: Any = None  # the writer's: its binding's read of the tag folder (record_data.ReadBack), for the write
+    read: Any = None  # the writer's: its binding's read of the tag folder (binding.ReadBack), for the write
     identities: dict[str, tuple[int, ...]] = field(default_factory=dict)  # the writer's: each told file's identity
 
     def key(self, path: str) -> str:
@@ -99,13 +99,13 @@ def own_write_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> An
 
 
 def _noted(this: Watch, path: str) -> Fact:
-    """``path``'s fact as this process's own write left it (record_data.file_fact's), its zip directory kept."""
+    """``path``'s fact as this process's own write left it (binding.file_fact's), its zip directory kept."""
     try:
         found = torch_file.zip_directory(path, known_regular=True)  # just written by torch.save: fstat checks it
     except (OSError, torch_file.Unreadable):
-        return -1, record_data.UNREADABLE
+        return -1, binding.UNREADABLE
     this.directories[path] = found
-    return found.size, record_data.members_digest(found.members) if found.zip else None
+    return found.size, binding.members_digest(found.members) if found.zip else None
 
 
 def known(this: Watch | None, folder: str) -> dict[str, torch_file.ZipDirectory]:
@@ -228,7 +228,7 @@ def _written(this: Watch, path: str) -> Fact | None:
 
 
 def rewritten_since(folder: str, this: Watch | None, now: dict[str, Fact]) -> str | None:
-    """Why the states files a record in ``folder`` binds (``now``: each one's fact as read back, record_data.read_back)
+    """Why the states files a record in ``folder`` binds (``now``: each one's fact as read back, binding.read_back)
     are not the bytes this job's save wrote (another job saved into the same tag, or a file was written by no process
     of this job that was watched); None where each of them holds this job's own bytes."""
     if this is None:
@@ -241,7 +241,7 @@ def rewritten_since(folder: str, this: Watch | None, now: dict[str, Fact]) -> st
         return (f"{_named(untold)}: written by no process of this job that the patch watched in this save (a rank "
                 "not armed, or with records off, or one this process cannot ask), so this save's bytes cannot be "
                 f"told from another job's{late}")
-    changed = record_data.rewritten({name: fact for name, fact in written.items() if fact is not None}, now)
+    changed = binding.rewritten({name: fact for name, fact in written.items() if fact is not None}, now)
     if not changed:
         return None
     return (f"{_named(changed)}: not the bytes this job wrote in this save: another job saved into the same tag "
