@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from .binding import unbound
+from .record_schema import TEXTS
 
 RECORD_FILE = "accelerate_warmup_patch.json"
 RECORD = 2  # the record this release writes; 1 was 0.5.0's (unbound)
@@ -236,9 +237,9 @@ def _valid_record(raw: Any) -> dict[str, Any]:
         raise ValueError(f"record {raw.get('record') if isinstance(raw, dict) else None!r}, not 1 or 2")
     if raw.get("package") != PACKAGE:
         raise ValueError("not accelerate-warmup-patch's")
-    record: dict[str, Any] = {key: raw.get(key) for key in ("record", "version", "mode", "deepspeed", "reference")}
-    if not all(isinstance(record[key], str) for key in ("version", "mode", "deepspeed", "reference")):
-        raise ValueError("version, mode, deepspeed and reference must be strings")
+    record: dict[str, Any] = {key: raw.get(key) for key in ("record", *TEXTS)}
+    if not all(isinstance(record[key], str) for key in TEXTS):
+        raise ValueError(f"{', '.join(TEXTS[:-1])} and {TEXTS[-1]} must be strings")
     record["global_steps"] = _count(raw.get("global_steps"), "global_steps")
     record["scheduler"] = _valid_scheduler(raw.get("scheduler"))
     if record["record"] == RECORD:

@@ -28,6 +28,7 @@ from . import (
     loaded_record,
     own_writes,
     record_data,
+    record_schema,
     releases,
     schedules,
     settings,
@@ -225,7 +226,7 @@ def record(engine: Any, mode: str, folder: str, watch: own_writes.Watch | None =
     history = loaded_record.history(engine)
     world = attest.world()
     ranks = {"ranks": world} if world > 1 else {}  # a record with it speaks for each of them or is unbound (#55)
-    return {
+    return record_schema.written({
         "record": RECORD,
         "package": record_data.PACKAGE,
         "version": _package_version(),
@@ -239,7 +240,7 @@ def record(engine: Any, mode: str, folder: str, watch: own_writes.Watch | None =
         "step0": _step0(engine, scheduler, mode, history),
         "loads": history.loads if history is not None else [],
         **ranks,
-    }
+    })
 
 
 def _package_version() -> str:

@@ -94,8 +94,8 @@ RESERVED: dict[str, Reserved] = {
                        "the newest release the table was read at (NEWEST_DEEPSPEED, NEWEST_ACCELERATE); never the "
                        "reference release", ("cli/audit/*", "releases.py", "targets.py"), ("newest",)),
     "record": Reserved("the record a patched run writes beside each checkpoint (record_writer.py, record_data.py)",
-                       ("record_data.py", "binding.py", "record_writer.py", "loaded_record.py", "own_writes.py",
-                        "step_watch.py", "nets.py", "settings.py", "cli/audit/*"),
+                       ("record_data.py", "record_schema.py", "binding.py", "record_writer.py", "loaded_record.py",
+                        "own_writes.py", "step_watch.py", "nets.py", "settings.py", "cli/audit/*"),
                        ("record", "records", "recorded", "recorder", "recording", "unrecorded")),
     "probe": Reserved("the probe: the installed build's scheduler classes run once on a scratch optimizer, and what "
                       "it saw (probe.py, scratch.py, installed.Probed, a unit's check; doctor's of a build)",
