@@ -257,3 +257,28 @@ def binding_problem(recorded: Any, actual: dict[str, Any]) -> str:
         return "its digest of the model states' members is not this file's (other bytes: a rerun or a copy)"
     return ("its digest of the other states files (the optimizer's, the layers') is not this folder's (other bytes: "
             "a rerun, a race or a copy)")
+
+
+def not_this_saves(record: dict[str, Any], actual: dict[str, Any] | None, *, deepspeed: str | None,
+                   global_steps: int | None, scheduler: str | None) -> str | None:
+    """Why a record (as ``record_data.valid_record`` returns it) is not this save's, or None where it can be: the one
+    rule of the job (at a load) and the audit. Every record names this save's step count and release, and its
+    scheduler class where both name one; a bound record 2 is bound to these very files (``actual``: the folder's
+    binding as read now, None where its model states are not a zip). A record 1 and an unbound record 2 can be this
+    save's, as a claim, never proof."""
+    if record["global_steps"] != global_steps:
+        # The record is written after each save, with the engine's step count; the tag folder may be saved over
+        # later by a job that wrote none (unpatched, off, or without the package), and the old record stays.
+        return (f"it names global step {record['global_steps']} and the checkpoint "
+                f"{'?' if global_steps is None else global_steps}: a record of an earlier save into this folder")
+    if record["deepspeed"] != deepspeed:
+        return f"it names DeepSpeed {record['deepspeed']}, the checkpoint {deepspeed}"
+    if record["scheduler"] is not None and scheduler is not None and record["scheduler"]["class"] != scheduler:
+        return f"it names scheduler {record['scheduler']['class']}, the checkpoint's config {scheduler}"
+    bound_to = record.get("bound_to")
+    if isinstance(bound_to, dict) and bound_to.get("file") is not None:
+        if actual is None:
+            return "it is bound to a zip, and the model states are torch's legacy format"
+        if not same_binding(bound_to, actual):
+            return binding_problem(bound_to, actual)
+    return None

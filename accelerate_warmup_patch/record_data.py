@@ -221,6 +221,13 @@ def _step0_out(record: dict[str, Any], why: str) -> dict[str, Any]:
 
 # The record as read back --------------------------------------------------------------------------------
 
+def is_record_1(record: dict[str, Any]) -> bool:
+    """Whether a record, as valid_record returns it, is a record 1 (0.5.0's, bound to no file): the one way the job
+    and the audit recognise one, after the one check of a record (a ``"record": true`` or a record 1 of another
+    shape is no record at all)."""
+    return bool(record["record"] == 1)
+
+
 def valid_record(raw: Any) -> dict[str, Any]:
     """Record 1 or 2 with every field of the right type, its lrs decoded: the one check of a record, by the job
     before it hands on a loaded record's step0 and loads, and by the audit; raises ValueError naming the first field

@@ -485,7 +485,8 @@ def test_a_load_carries_the_bound_records_step0_and_keeps_the_chain_short(tmp_pa
 
 
 @pytest.mark.parametrize(("what", "how"), [("none", "unrecorded"), ("copied", "unrecorded"),
-                                           ("record 1", "record-1"), ("NaN literal", "unrecorded")])
+                                           ("record 1", "record-1"), ("record 1 of another save", "unrecorded"),
+                                           ("record 1 the audit refuses", "unrecorded"), ("NaN literal", "unrecorded")])
 def test_a_load_of_a_save_without_its_own_record_says_step_0_ran_unrecorded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str, how: str) -> None:
     monkeypatch.setattr(STATE, "loaded", {})
@@ -495,8 +496,15 @@ def test_a_load_of_a_save_without_its_own_record_says_step_0_ran_unrecorded(
     if what == "copied":  # a record bound to other model states
         patched_run(tmp_path / "other", observed([0.0], [0.0]), lr=5e-3)
         shutil.copy(tmp_path / "other" / "global_step6" / record_data.RECORD_FILE, folder)
-    elif what == "record 1":
-        write_record(folder, {"record": 1, "package": "accelerate-warmup-patch", "scheduler": {"step0": "fixed"}})
+    elif what.startswith("record 1"):  # the job recognises a record 1, and its save, by the audit's one rule
+        record_1 = {"record": 1, "package": "accelerate-warmup-patch", "version": "0.5.0", "mode": "reset",
+                    "deepspeed": "0.15.2", "reference": "0.19.8", "global_steps": 6,
+                    "scheduler": {"class": "WarmupLR", "step0": "fixed"}}
+        if what == "record 1 of another save":
+            record_1["global_steps"] = 3
+        elif what == "record 1 the audit refuses":
+            del record_1["version"]
+        write_record(folder, record_1)
     elif what == "NaN literal":  # not JSON: handed on, it would make the next record unwritable
         text = json.dumps(record2(folder, observed([0.0], [0.0]))).replace('"lrs": [0.0]', '"lrs": [NaN]')
         (folder / record_data.RECORD_FILE).write_text(text)

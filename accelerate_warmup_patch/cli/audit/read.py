@@ -13,12 +13,11 @@ from typing import Any
 from ... import record_data
 from ...binding import (
     UNREADABLE,
-    binding_problem,
     members_digest,
     model_states_binding,
+    not_this_saves,
     other_states,
     others_binding,
-    same_binding,
 )
 from . import checkpoint_pickle
 from .checkpoint_pickle import Unreadable
@@ -116,21 +115,7 @@ def _this_saves(record: dict[str, Any], *, binding: dict[str, Any] | None, versi
     to this very model-states file; every record must name this save's release, step count and scheduler class.
     A record 2 that says it is unbound is kept, marked ``bound: False``: a claim, never proof."""
     name = record["file"]
-    problem = None
-    if record["global_steps"] != global_steps:
-        # The record is written after each save, with the engine's step count; the tag folder may be saved over
-        # later by a job that wrote none (unpatched, off, or without the package), and the old record stays.
-        problem = (f"it names global step {record['global_steps']} and the checkpoint "
-                   f"{'?' if global_steps is None else global_steps}: a record of an earlier save into this folder")
-    elif record["deepspeed"] != version:
-        problem = f"it names DeepSpeed {record['deepspeed']}, the checkpoint {version}"
-    elif record["scheduler"] is not None and scheduler is not None and record["scheduler"]["class"] != scheduler:
-        problem = f"it names scheduler {record['scheduler']['class']}, the checkpoint's config {scheduler}"
-    elif record["record"] == record_data.RECORD and record["bound_to"]["file"] is not None:
-        if binding is None:
-            problem = "it is bound to a zip, and the model states are torch's legacy format"
-        elif not same_binding(record["bound_to"], binding):
-            problem = binding_problem(record["bound_to"], binding)
+    problem = not_this_saves(record, binding, deepspeed=version, global_steps=global_steps, scheduler=scheduler)
     if problem is not None:
         notes.append(f"{name}: ignored, not that save's record: {problem}")
         return None
