@@ -28,7 +28,7 @@ MODEL_STATES = re.compile(r"^(?:zero_pp_rank_(\d+)_)?mp_rank_(\d+)_model_states\
 # prefix under bf16), layer_NN-model_states.pt. Under ZeRO 3 and the pipeline the weights live there, not in the
 # model-states file the audit reads, so the binding covers them too (docs/mark.md).
 STATES_FILE = re.compile(r"(?:^|[_-])(?:model|optim)_states\.pt$")
-Fact = tuple[int, Optional[str]]  # a states file as a binding names it: its size and its members' digest (file_fact)
+Stamp = tuple[int, Optional[str]]  # a states file as a binding names it: its size and its members' digest (file_stamp)
 MAX_BOUND_FILES = 1024  # the other states files a record binds (the lowest names): bounded time per save
 
 
@@ -78,13 +78,13 @@ def other_states(names: list[str], bound_file: str) -> list[str]:
     return sorted(name for name in names if STATES_FILE.search(name) and name != bound_file)[:MAX_BOUND_FILES]
 
 
-def others_binding(facts: list[tuple[str, int, str | None]]) -> dict[str, Any]:
+def others_binding(stamps: list[tuple[str, int, str | None]]) -> dict[str, Any]:
     """``bound_to["others"]``: how many other states files, and ``sha256:`` of each one's name, size and members'
     digest (``-`` for a file that is not a zip, ``?`` for one that could not be read), in name order."""
     hasher = hashlib.sha256()
-    for name, size, digest in sorted(facts):
+    for name, size, digest in sorted(stamps):
         hasher.update(f"{name}\0{size}\0{digest or '-'}\n".encode("utf-8", "surrogateescape"))
-    return {"files": len(facts), "digest": "sha256:" + hasher.hexdigest()}
+    return {"files": len(stamps), "digest": "sha256:" + hasher.hexdigest()}
 
 
 UNREADABLE = "?"  # the members' digest of another states file that could not be read (on either side)
@@ -96,31 +96,31 @@ def bind(folder: str) -> dict[str, Any]:
     return read_back(folder)[0]
 
 
-def read_back(folder: str) -> tuple[dict[str, Any], dict[str, Fact]]:
+def read_back(folder: str) -> tuple[dict[str, Any], dict[str, Stamp]]:
     """``bound_to`` for the lowest-ranked model-states file in ``folder`` and the other states files beside it,
     read back now by the audit's own reader (torch_file) under its bounds, so that a record is never bound to a file
     the audit cannot read; where the model states cannot be read back as a zip, ``{"file": None, "unbound": why}``.
-    Beside it, the fact of each file it binds (file_fact), from the same listing and the same read of each file."""
+    Beside it, the stamp of each file it binds (file_stamp), from the same listing and the same read of each file."""
     found = read_back_known(folder, {})
-    return found.bound, found.facts
+    return found.bound, found.stamps
 
 
 @dataclass
 class ReadBack:
-    """``read_back``'s binding and facts, with the folder's listing and each bound file's identity as read."""
+    """``read_back``'s binding and stamps, with the folder's listing and each bound file's identity as read."""
 
     bound: dict[str, Any]
-    facts: dict[str, Fact] = field(default_factory=dict)
+    stamps: dict[str, Stamp] = field(default_factory=dict)
     names: list[str] | None = None  # the folder's listing (None where it could not be listed)
     identities: dict[str, tuple[int, ...]] = field(default_factory=dict)  # name -> torch_file.identity as read
 
 
 def read_back_known(folder: str, known: dict[str, torch_file.ZipDirectory],
-                    told: Callable[[list[str]], dict[str, tuple[Fact, tuple[int, ...]]]] = lambda names: {},
+                    told: Callable[[list[str]], dict[str, tuple[Stamp, tuple[int, ...]]]] = lambda names: {},
                     checked_later: bool = False) -> ReadBack:
     """``read_back``, where the zip directory of a file this process read already (``known``, by name: what its
-    own torch.save left, read right after it), or the fact of another states file that another rank read after its
-    own torch.save of it (``told(names)``: by name, its fact and the identity it read), is taken without a second read
+    own torch.save left, read right after it), or the stamp of another states file that another rank read after its
+    own torch.save of it (``told(names)``: by name, its stamp and the identity it read), is taken without a second read
     wherever a stat shows the same file (torch_file.identity): one read of each zip directory a save, and a stat.
     ``checked_later``: the caller stats every bound file after it wrote the record (``unchanged``), which shows any
     write since those reads: they are taken without a stat now."""
@@ -141,40 +141,40 @@ def read_back_known(folder: str, known: dict[str, torch_file.ZipDirectory],
     if not directory.zip:
         found.bound = unbound(_not_a_zip(name, "BadZipFile", directory.why))
         return found
-    found.facts[name], found.identities[name] = (directory.size, members_digest(directory.members)), directory.identity
+    found.stamps[name], found.identities[name] = (directory.size, members_digest(directory.members)), directory.identity
     heard_of = told([other for other in others if other not in known]) if others else {}
     for other in others:
         path = os.path.join(folder, other)
         heard = heard_of.get(other) if other not in known else None
         try:
             if heard is not None and (checked_later or torch_file.identity(os.stat(path)) == heard[1]):
-                found.facts[other], found.identities[other] = heard
+                found.stamps[other], found.identities[other] = heard
                 continue
             read = _directory(path, known.get(other), checked_later)
         except (OSError, torch_file.Unreadable):
-            found.facts[other] = -1, UNREADABLE
+            found.stamps[other] = -1, UNREADABLE
             continue
-        found.facts[other] = read.size, members_digest(read.members) if read.zip else None
+        found.stamps[other] = read.size, members_digest(read.members) if read.zip else None
         found.identities[other] = read.identity
     found.bound = model_states_binding(name, directory.size, directory.members)
-    found.bound["others"] = others_binding([(other, *found.facts[other]) for other in others])
+    found.bound["others"] = others_binding([(other, *found.stamps[other]) for other in others])
     return found
 
 
-def bound_from_own(own: dict[str, tuple[torch_file.ZipDirectory, Fact]]) -> ReadBack | None:
+def bound_from_own(own: dict[str, tuple[torch_file.ZipDirectory, Stamp]]) -> ReadBack | None:
     """The binding of a save whose every states file this process wrote itself (a job of one rank), from the zip
-    directory each of its own torch.saves left and the fact computed from it then (``own``, by name), with no listing,
+    directory each of its own torch.saves left and the stamp computed from it then (``own``, by name), with no listing,
     no read and no second digest; None where its lowest-ranked model-states file is not a zip (the folder is then
     read back, and says why). A file of another run left beside them is not bound: the audit, which binds every
     states file of the folder, then finds the record "not that save's"."""
     names = bound_files(list(own))
     if not names or not own[names[0]][0].zip:
         return None
-    facts = {name: own[name][1] for name in names}
-    first, (size, digest) = own[names[0]][0], facts[names[0]]
+    stamps = {name: own[name][1] for name in names}
+    first, (size, digest) = own[names[0]][0], stamps[names[0]]
     bound = {"file": names[0], "size": size, "members": len(first.members), "digest": digest,
-             "others": others_binding([(other, *facts[other]) for other in names[1:]])}
-    return ReadBack(bound, facts, names=[], identities={name: own[name][0].identity for name in names})
+             "others": others_binding([(other, *stamps[other]) for other in names[1:]])}
+    return ReadBack(bound, stamps, names=[], identities={name: own[name][0].identity for name in names})
 
 
 def _directory(path: str, known: torch_file.ZipDirectory | None,
@@ -196,7 +196,7 @@ def unchanged(folder: str, identities: dict[str, tuple[int, ...]]) -> bool:
         return False
 
 
-def file_fact(path: str) -> Fact:
+def file_stamp(path: str) -> Stamp:
     """A states file as a binding names it: its size and its members' digest (None for a file that is not a zip;
     size -1 and UNREADABLE for one that cannot be read), from its zip central directory alone."""
     try:
@@ -206,11 +206,11 @@ def file_fact(path: str) -> Fact:
     return found.size, members_digest(found.members) if found.zip else None
 
 
-def rewritten(noted: dict[str, Fact], now: dict[str, Fact]) -> list[str]:
-    """The files a process wrote in a save (``noted``: name -> file_fact right after its own write) that hold other
+def rewritten(noted: dict[str, Stamp], now: dict[str, Stamp]) -> list[str]:
+    """The files a process wrote in a save (``noted``: name -> file_stamp right after its own write) that hold other
     bytes now, or are gone, or could not be read either time: another job wrote them since (docs/mark.md)."""
-    return sorted(name for name, fact in noted.items()
-                  if UNREADABLE in (fact[1], now.get(name, (-1, UNREADABLE))[1]) or now.get(name) != fact)
+    return sorted(name for name, stamp in noted.items()
+                  if UNREADABLE in (stamp[1], now.get(name, (-1, UNREADABLE))[1]) or now.get(name) != stamp)
 
 
 def _not_a_zip(name: str, kind: str, why: str) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 from . import binding, bounded, torch_file
 from .state import STATE
 
-Fact = binding.Fact
+Stamp = binding.Stamp
 KEY = "accelerate_warmup_patch/own_write/"  # the store's keys: this prefix, then the node (or ""), then the path
 
 
@@ -33,8 +33,8 @@ class Watch:
     writer: bool  # this process writes the save's record
     store: Any = None  # torch.distributed's store of this job, where it has several ranks (job_store)
     node: str = ""  # "<host>:" where each node saves into a tag folder of its own, so that equal paths stay apart
-    writes: dict[str, Fact] = field(default_factory=dict)  # absolute path -> its fact right after the own write
-    told: dict[str, Fact | None] = field(default_factory=dict)  # the writer's: what the other ranks told it
+    writes: dict[str, Stamp] = field(default_factory=dict)  # absolute path -> its stamp right after the own write
+    told: dict[str, Stamp | None] = field(default_factory=dict)  # the writer's: what the other ranks told it
     budget: bounded.Budget = field(default_factory=bounded.Budget)  # this save's time for the store (bounded.py)
     save: str = ""  # the save's name, alike on every rank (attest.save_id), once the save has begun
     # absolute path -> its zip directory as read right after the own write (with its identity), so that the writer's
@@ -84,7 +84,7 @@ def saving(this: Watch | None) -> Iterator[Watch | None]:
 
 def own_write_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     """``TorchCheckpointEngine.save(state_dict, path)``: the original first, its result returned unchanged; then,
-    in a watched save, the file's fact as this process's write left it (one read of its zip central directory,
+    in a watched save, the file's stamp as this process's write left it (one read of its zip central directory,
     never the weights), told to the record's writer where this process is another rank."""
     result = wrapped(*args, **kwargs)
     this = getattr(STATE.saving, "watch", None)
@@ -92,14 +92,14 @@ def own_write_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> An
         path = kwargs.get("path", args[1] if len(args) > 1 else None)
         if isinstance(path, str):
             where = os.path.abspath(path)
-            this.writes[where] = _noted(this, where)  # never raises: a fact of "?" at worst
+            this.writes[where] = _noted(this, where)  # never raises: a stamp of "?" at worst
             if not this.writer:
                 _tell(this, where, this.writes[where])
     return result
 
 
-def _noted(this: Watch, path: str) -> Fact:
-    """``path``'s fact as this process's own write left it (binding.file_fact's), its zip directory kept."""
+def _noted(this: Watch, path: str) -> Stamp:
+    """``path``'s stamp as this process's own write left it (binding.file_stamp's), its zip directory kept."""
     try:
         found = torch_file.zip_directory(path, known_regular=True)  # just written by torch.save: fstat checks it
     except (OSError, torch_file.Unreadable):
@@ -115,14 +115,14 @@ def known(this: Watch | None, folder: str) -> dict[str, torch_file.ZipDirectory]
                                     if os.path.dirname(path) == here}
 
 
-def noted_in(this: Watch | None, folder: str) -> dict[str, tuple[torch_file.ZipDirectory, Fact]]:
-    """The zip directory and fact of each of this process's own writes into ``folder`` that it read, by name."""
+def noted_in(this: Watch | None, folder: str) -> dict[str, tuple[torch_file.ZipDirectory, Stamp]]:
+    """The zip directory and stamp of each of this process's own writes into ``folder`` that it read, by name."""
     here = os.path.abspath(folder)
     return {} if this is None else {os.path.basename(path): (found, this.writes[path])
                                     for path, found in this.directories.items() if os.path.dirname(path) == here}
 
 
-def told_facts(this: Watch | None, folder: str, names: list[str]) -> dict[str, tuple[Fact, tuple[int, ...]]]:
+def told_stamps(this: Watch | None, folder: str, names: list[str]) -> dict[str, tuple[Stamp, tuple[int, ...]]]:
     """What the other ranks told of the files ``names`` in ``folder`` in this save, each with the identity its own
     read saw (asked at once: ask_all), so that the writer's binding takes them without reading them again; a file
     told without one is left out."""
@@ -131,7 +131,7 @@ def told_facts(this: Watch | None, folder: str, names: list[str]) -> dict[str, t
     paths = {name: os.path.join(os.path.abspath(folder), name) for name in names}
     ask_all(this, list(paths.values()))
     found = {name: (this.told.get(path), this.identities.get(path)) for name, path in paths.items()}
-    return {name: (fact, identity) for name, (fact, identity) in found.items() if fact is not None and identity}
+    return {name: (stamp, identity) for name, (stamp, identity) in found.items() if stamp is not None and identity}
 
 
 def all_read(this: Watch | None, folder: str) -> bool:
@@ -143,15 +143,15 @@ def all_read(this: Watch | None, folder: str) -> bool:
     return bool(mine) and all(path in this.directories for path in mine)
 
 
-def _tell(this: Watch, path: str, fact: Fact) -> None:
-    """Put this rank's fact of ``path`` in the job's store, before save_checkpoint's closing barrier, so that it is
+def _tell(this: Watch, path: str, stamp: Stamp) -> None:
+    """Put this rank's stamp of ``path`` in the job's store, before save_checkpoint's closing barrier, so that it is
     there when the writer looks after that barrier. Never raises: an untold file leaves the record unbound."""
     if this.store is None:
         return
     key, store = this.key(path), this.store
     found = this.directories.get(path)
     identity = ",".join(str(part) for part in found.identity) if found is not None else ""
-    value = f"{fact[0]}\0{fact[1] or '-'}\0{identity}"  # the identity lets the writer stat it, not read it again
+    value = f"{stamp[0]}\0{stamp[1] or '-'}\0{identity}"  # the identity lets the writer stat it, not read it again
 
     def tell() -> None:
         store.set(key, value)
@@ -161,7 +161,7 @@ def _tell(this: Watch, path: str, fact: Fact) -> None:
         bounded.call(this.budget, "a rank's tell of its file", tell)
 
 
-def _asked(this: Watch, path: str) -> Fact | None:
+def _asked(this: Watch, path: str) -> Stamp | None:
     """What a rank of this job told about ``path`` in this save, or None (it told nothing, or cannot be asked)."""
     if this.store is None:
         return None
@@ -181,8 +181,8 @@ def _asked(this: Watch, path: str) -> Fact | None:
         return None
 
 
-def _parsed(this: Watch, path: str, value: Any) -> Fact | None:
-    """A told value as its fact (its identity kept in ``this.identities``); None for none, or one not ours."""
+def _parsed(this: Watch, path: str, value: Any) -> Stamp | None:
+    """A told value as its stamp (its identity kept in ``this.identities``); None for none, or one not ours."""
     if value is None:
         return None
     try:
@@ -218,8 +218,8 @@ def ask_all(this: Watch, paths: list[str]) -> None:
         this.told[path] = _parsed(this, path, got.get(this.key(path)))
 
 
-def _written(this: Watch, path: str) -> Fact | None:
-    """This job's fact of ``path`` in this save: this process's own, else the one another rank told (asked once)."""
+def _written(this: Watch, path: str) -> Stamp | None:
+    """This job's stamp of ``path`` in this save: this process's own, else the one another rank told (asked once)."""
     if path in this.writes:
         return this.writes[path]
     if path not in this.told:
@@ -227,21 +227,21 @@ def _written(this: Watch, path: str) -> Fact | None:
     return this.told[path]
 
 
-def rewritten_since(folder: str, this: Watch | None, now: dict[str, Fact]) -> str | None:
-    """Why the states files a record in ``folder`` binds (``now``: each one's fact as read back, binding.read_back)
+def rewritten_since(folder: str, this: Watch | None, now: dict[str, Stamp]) -> str | None:
+    """Why the states files a record in ``folder`` binds (``now``: each one's stamp as read back, binding.read_back)
     are not the bytes this job's save wrote (another job saved into the same tag, or a file was written by no process
     of this job that was watched); None where each of them holds this job's own bytes."""
     if this is None:
         return "this process's own writes of the save were not watched"
     here = os.path.abspath(folder)
     written = {name: _written(this, os.path.join(here, name)) for name in now}
-    untold = sorted(name for name, fact in written.items() if fact is None)
+    untold = sorted(name for name, stamp in written.items() if stamp is None)
     if untold:
         late = f"; {this.budget.given_up}" if this.budget.given_up else ""
         return (f"{_named(untold)}: written by no process of this job that the patch watched in this save (a rank "
                 "not armed, or with records off, or one this process cannot ask), so this save's bytes cannot be "
                 f"told from another job's{late}")
-    changed = binding.rewritten({name: fact for name, fact in written.items() if fact is not None}, now)
+    changed = binding.rewritten({name: stamp for name, stamp in written.items() if stamp is not None}, now)
     if not changed:
         return None
     return (f"{_named(changed)}: not the bytes this job wrote in this save: another job saved into the same tag "

@@ -272,9 +272,9 @@ def _bound_to(engine: Any, folder: str, watch: own_writes.Watch | None) -> dict[
         if attest.world() == 1 and own_writes.all_read(watch, folder) else None
     raced = None
     if found is None:
-        found = binding.read_back_known(folder, own, lambda names: own_writes.told_facts(watch, folder, names),
+        found = binding.read_back_known(folder, own, lambda names: own_writes.told_stamps(watch, folder, names),
                                             checked_later=True)  # write_checked stats each bound file
-        raced = own_writes.rewritten_since(folder, watch, found.facts) if found.bound["file"] is not None else None
+        raced = own_writes.rewritten_since(folder, watch, found.stamps) if found.bound["file"] is not None else None
     if watch is not None:
         watch.read = found
     return binding.unbound(raced) if raced is not None else found.bound

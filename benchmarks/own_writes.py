@@ -55,7 +55,7 @@ def main() -> None:
                 own_writes.own_write_wrapper(lambda obj, where: None, None, (state, path), {})
             watched = time.perf_counter()
             writer = own_writes.Watch(True, server)
-            writer.writes[model_states] = binding.file_fact(model_states)
+            writer.writes[model_states] = binding.file_stamp(model_states)
             done = time.perf_counter()  # rank 0: reads the folder back, and asks
             why = own_writes.rewritten_since(folder, writer, binding.read_back(folder)[1])
             asked = time.perf_counter()

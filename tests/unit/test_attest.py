@@ -237,7 +237,7 @@ def test_a_one_rank_save_is_bound_from_its_own_writes_as_a_read_of_the_folder_bi
 
 def test_the_writer_reads_no_zip_directory_another_rank_read_and_told_unless_a_stat_shows_another_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # #56 item 1 with several ranks: rank 1 tells its fact with the identity its own read saw
+    # #56 item 1 with several ranks: rank 1 tells its stamp with the identity its own read saw
     import shutil
 
     from test_audit_proof import _zero3_save
@@ -266,12 +266,12 @@ def test_the_writer_reads_no_zip_directory_another_rank_read_and_told_unless_a_s
 
     monkeypatch.setattr(torch_file, "zip_directory", counted)
 
-    def told(names: list[str]) -> dict[str, tuple[binding.Fact, tuple[int, ...]]]:
-        return own_writes.told_facts(writer, str(tag), names)
+    def told(names: list[str]) -> dict[str, tuple[binding.Stamp, tuple[int, ...]]]:
+        return own_writes.told_stamps(writer, str(tag), names)
 
     found = binding.read_back_known(str(tag), own_writes.known(writer, str(tag)), told)
     assert reads == [] and found.bound == binding.read_back(str(tag))[0], reads
-    assert own_writes.rewritten_since(str(tag), writer, found.facts) is None
+    assert own_writes.rewritten_since(str(tag), writer, found.stamps) is None
     # another job's rank 1 writes its partition after this job's rank 1 did and told: a stat shows it, and it is read
     with own_writes.saving(rank1):
         own_writes.own_write_wrapper(lambda state, where: shutil.copy(tmp_path / "rank1.pt", where), None,
@@ -284,4 +284,4 @@ def test_the_writer_reads_no_zip_directory_another_rank_read_and_told_unless_a_s
     assert store.calls == 3, store.calls  # rank 1's file asked in one call: a check, a multi_get, a delete_key
     assert reads == [str(partition)], reads
     assert "zero_pp_rank_1_mp_rank_00_optim_states.pt: not the bytes this job wrote" in str(
-        own_writes.rewritten_since(str(tag), writer, again.facts))
+        own_writes.rewritten_since(str(tag), writer, again.stamps))

@@ -151,7 +151,7 @@ def test_a_record_is_bound_only_to_files_that_still_hold_the_bytes_its_writer_wr
     states = tag / "mp_rank_00_model_states.pt"
     writes = own_writes.Watch(writer=True)
     _written_by(writes, states, shutil.copy(states, tmp_path / "saved.pt"))
-    assert writes.writes == {os.path.abspath(states): binding.file_fact(str(states))}
+    assert writes.writes == {os.path.abspath(states): binding.file_stamp(str(states))}
     assert raced(tag, writes) is None
     # nothing of its own, nothing told: nothing to bind
     assert "written by no process of this job" in str(raced(tag, own_writes.Watch(True)))
@@ -161,7 +161,7 @@ def test_a_record_is_bound_only_to_files_that_still_hold_the_bytes_its_writer_wr
     shutil.copy(tmp_path / "other" / "global_step6" / "mp_rank_00_model_states.pt", states)
     assert "another job" in str(raced(tag, writes))
     # bound before the folder changed, while the record was written: written again, unbound
-    now = own_writes.Watch(True, writes={os.path.abspath(states): binding.file_fact(str(states))})
+    now = own_writes.Watch(True, writes={os.path.abspath(states): binding.file_stamp(str(states))})
     record_writer.write_checked(str(tag), record2(tag, observed([0.0], [0.0])) | {"bound_to": bound}, now)
     written = json.loads((tag / record_data.RECORD_FILE).read_text())
     assert written["bound_to"]["file"] is None and "changed while" in written["bound_to"]["unbound"], written

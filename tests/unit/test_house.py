@@ -110,8 +110,6 @@ PENDING_RENAMES: dict[tuple[str, str], str] = {
     ("own_writes.py", "watch"): "Watch, watch, STATE.saving.watch: a save's own writes, noted",
     ("record_writer.py", "watch"): "_watch, watch: own_writes.Watch",
     ("own_writes.py", "store"): "store, job_store: torch.distributed's store of the job",
-    ("own_writes.py", "fact"): "Fact, fact: a file's digest (binding.Fact)",
-    ("binding.py", "fact"): "Fact, file_fact, fact, facts: a file's digest",
 }
 
 
