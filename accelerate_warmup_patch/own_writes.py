@@ -31,7 +31,7 @@ class Watch:
     """One save's own writes in this process, and how the ranks that do not write the record tell the one that does."""
 
     writer: bool  # this process writes the save's record
-    store: Any = None  # torch.distributed's store of this job, where it has several ranks (job_store)
+    kv: Any = None  # torch.distributed's store of this job, where it has several ranks (job_kv)
     node: str = ""  # "<host>:" where each node saves into a tag folder of its own, so that equal paths stay apart
     writes: dict[str, Stamp] = field(default_factory=dict)  # absolute path -> its stamp right after the own write
     told: dict[str, Stamp | None] = field(default_factory=dict)  # the writer's: what the other ranks told it
@@ -49,10 +49,10 @@ class Watch:
 
 def watch(writer: bool, node_local: bool) -> Watch:
     """The watch of a save about to run, in a process that writes its record (``writer``) or a rank of its job."""
-    return Watch(writer, job_store(), f"{socket.gethostname()}:" if node_local else "")
+    return Watch(writer, job_kv(), f"{socket.gethostname()}:" if node_local else "")
 
 
-def job_store() -> Any:
+def job_kv() -> Any:
     """The store torch.distributed's default process group was set up with, where it has several ranks; else None.
 
     ``distributed_c10d._get_default_store`` is torch's own name for it (read in torch 2.13), not a public one: it
@@ -146,16 +146,16 @@ def all_read(this: Watch | None, folder: str) -> bool:
 def _tell(this: Watch, path: str, stamp: Stamp) -> None:
     """Put this rank's stamp of ``path`` in the job's store, before save_checkpoint's closing barrier, so that it is
     there when the writer looks after that barrier. Never raises: an untold file leaves the record unbound."""
-    if this.store is None:
+    if this.kv is None:
         return
-    key, store = this.key(path), this.store
+    key, kv = this.key(path), this.kv
     found = this.directories.get(path)
     identity = ",".join(str(part) for part in found.identity) if found is not None else ""
     value = f"{stamp[0]}\0{stamp[1] or '-'}\0{identity}"  # the identity lets the writer stat it, not read it again
 
     def tell() -> None:
-        store.set(key, value)
-        store.check([key])  # answered after the set on the same connection: the store holds it now
+        kv.set(key, value)
+        kv.check([key])  # answered after the set on the same connection: the store holds it now
 
     with contextlib.suppress(Exception):  # bounded.Late too: the writer finds it untold
         bounded.call(this.budget, "a rank's tell of its file", tell)
@@ -163,16 +163,16 @@ def _tell(this: Watch, path: str, stamp: Stamp) -> None:
 
 def _asked(this: Watch, path: str) -> Stamp | None:
     """What a rank of this job told about ``path`` in this save, or None (it told nothing, or cannot be asked)."""
-    if this.store is None:
+    if this.kv is None:
         return None
-    key, store = this.key(path), this.store
+    key, kv = this.key(path), this.kv
 
     def ask() -> Any:
-        if not store.check([key]):  # never ``get`` a missing key: it waits for it
+        if not kv.check([key]):  # never ``get`` a missing key: it waits for it
             return None
-        value = store.get(key)
+        value = kv.get(key)
         with contextlib.suppress(Exception):  # the next save of this tag tells it again
-            store.delete_key(key)
+            kv.delete_key(key)
         return value
 
     try:
@@ -200,16 +200,16 @@ def ask_all(this: Watch, paths: list[str]) -> None:
     removed; what is not there, or not asked in time, stays untold."""
     wanted = [path for path in paths if path not in this.writes and path not in this.told]
     got: dict[str, Any] = {}
-    if wanted and this.store is not None:
-        store, keys = this.store, [this.key(path) for path in wanted]
+    if wanted and this.kv is not None:
+        kv, keys = this.kv, [this.key(path) for path in wanted]
 
         def ask() -> dict[str, Any]:
-            present = keys if store.check(keys) else [key for key in keys if store.check([key])]
-            many = getattr(store, "multi_get", None)
-            values = many(present) if callable(many) and present else [store.get(key) for key in present]
+            present = keys if kv.check(keys) else [key for key in keys if kv.check([key])]
+            many = getattr(kv, "multi_get", None)
+            values = many(present) if callable(many) and present else [kv.get(key) for key in present]
             for key in present:
                 with contextlib.suppress(Exception):  # the next save of this tag tells it again
-                    store.delete_key(key)
+                    kv.delete_key(key)
             return dict(zip(present, values))
 
         with contextlib.suppress(Exception):

@@ -165,9 +165,9 @@ def _tell_the_writer(engine: Any, this: own_writes.Watch, given: Callable[[], di
         named = given()
         # with node-local storage each node names a save_dir of its own: the tag and step count name the save
         this.save = attest.save_id(None if this.node else named["save_dir"], named["tag"], int(engine.global_steps))
-        if this.store is not None and (not this.writer or this.node):
+        if this.kv is not None and (not this.writer or this.node):
             word = attest.word_of(engine, str(STATE.mode), this.save, _built_at_of(engine))
-            attest.tell(this.store, this.budget, _global_rank(engine), word)
+            attest.tell(this.kv, this.budget, _global_rank(engine), word)
     except Exception:  # the writer then hears nothing of this rank: its record is unbound, saying so
         return
 
@@ -181,7 +181,7 @@ def _ranks_unheard(engine: Any, this: own_writes.Watch | None) -> str | None:
     if this is None or not this.save:
         return "this save could not be named to the other ranks: their word on their first optimizer step is not known"
     own = attest.word_of(engine, str(STATE.mode), this.save, _built_at_of(engine))
-    return attest.unheard(this.store, this.budget, world_size=world, own_rank=_global_rank(engine), own=own)
+    return attest.unheard(this.kv, this.budget, world_size=world, own_rank=_global_rank(engine), own=own)
 
 
 def writes_records(engine: Any) -> bool:

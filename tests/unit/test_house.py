@@ -109,7 +109,6 @@ RESERVED: dict[str, Reserved] = {
 PENDING_RENAMES: dict[tuple[str, str], str] = {
     ("own_writes.py", "watch"): "Watch, watch, STATE.saving.watch: a save's own writes, noted",
     ("record_writer.py", "watch"): "_watch, watch: own_writes.Watch",
-    ("own_writes.py", "store"): "store, job_store: torch.distributed's store of the job",
 }
 
 
