@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from . import record_data, step_watch, torch_file, whole_file
+from . import binding, record_data, step_watch, torch_file, whole_file
 from .state import STATE
 
 
@@ -44,7 +44,9 @@ def loaded(engine: Any, load_path: Any, client_state: Any, *, resumed: bool = Fa
     steps = step_watch.count(getattr(engine, "global_steps", None))
     hop: dict[str, Any] = {"tag": os.path.basename(folder), "deepspeed": version, "global_steps": steps,
                            "scheduler": record_data.scheduler_type(state.get("ds_config")), "record": None}
-    story, earlier = _story(folder, hop, universal=_loads_universal(engine))
+    # the step count the save holds: the engine's after a full load, the state's where a module-only load left it
+    saved_steps = step_watch.count(state["global_steps"]) if "global_steps" in state else steps
+    story, earlier = _story(folder, hop, saved_steps=saved_steps, universal=_loads_universal(engine))
     story = _own_shape(story, _groups(engine), hop)
     STATE.loaded[id(engine)] = LoadedHistory(steps, story, [hop, *earlier][:record_data.MAX_LOADS], resumed)
     step_watch.watch(engine, again=True)
@@ -82,9 +84,10 @@ def _loads_universal(engine: Any) -> bool:
         return False
 
 
-def _story(folder: str, hop: dict[str, Any], *, universal: bool = False) -> tuple[dict[str, Any],
-                                                                                 list[dict[str, Any]]]:
-    """The loaded save's story of step 0 and its earlier loads: its record's, where bound to this save."""
+def _story(folder: str, hop: dict[str, Any], *, saved_steps: int | None, universal: bool = False) -> \
+        tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The loaded save's story of step 0 and its earlier loads: its record's, where it is this save's
+    (binding.not_this_saves, the audit's rule; ``saved_steps``: the step count the save holds)."""
     base = {"deepspeed": hop["deepspeed"], "global_steps": hop["global_steps"], "tag": hop["tag"],
             "scheduler": hop["scheduler"]}
     path = os.path.join(folder, record_data.RECORD_FILE)
@@ -105,23 +108,25 @@ def _story(folder: str, hop: dict[str, Any], *, universal: bool = False) -> tupl
         return {"how": record_data.UNRECORDED, **base,
                 "why": f"the record beside the save it resumed from ({hop['tag']}) cannot be read ({error})"}, []
     hop["record"] = raw.get("record") if isinstance(raw, dict) else None
-    if isinstance(raw, dict) and raw.get("record") == 1 and raw.get("package") == record_data.PACKAGE:
-        scheduler = raw.get("scheduler")
-        said = scheduler.get("step0") if isinstance(scheduler, dict) else None
-        return {"how": record_data.RECORD_1, **base, "claimed": str(said)[:40] if said is not None else None,
-                "why": f"the save it resumed from ({hop['tag']}) holds a record 1 (0.5.0), bound to no file"}, []
-    valid = _valid_record_2(raw)
-    if valid is None:
+    record = _valid(raw)
+    if record is None or (not record_data.is_record_1(record) and _valid_record_2(raw) is None):
         return {"how": record_data.UNRECORDED, **base,
                 "why": f"the record beside the save it resumed from ({hop['tag']}) is not one this release reads"}, []
-    actual = record_data.bind(folder)
-    if not record_data.same_binding(raw.get("bound_to"), actual):
-        problem = record_data.binding_problem(raw.get("bound_to"), actual)
-        bound_to = raw.get("bound_to")
-        how = record_data.UNBOUND if not isinstance(bound_to, dict) or bound_to.get("file") is None else \
-            record_data.UNRECORDED
-        return {"how": how, **base, "why": f"the record beside the save it resumed from ({hop['tag']}) is not that "
-                f"save's: {problem}"}, []
+    actual = binding.bind(folder)
+    if not record_data.is_record_1(record) and record["bound_to"]["file"] is None:
+        return {"how": record_data.UNBOUND, **base, "why": f"the record beside the save it resumed from ({hop['tag']}) "
+                f"is not that save's: {binding.binding_problem(raw.get('bound_to'), actual)}"}, []
+    problem = binding.not_this_saves(record, actual if actual.get("file") is not None else None,
+                                     deepspeed=hop["deepspeed"], global_steps=saved_steps, scheduler=hop["scheduler"])
+    if problem is not None:
+        return {"how": record_data.UNRECORDED, **base, "why": f"the record beside the save it resumed from "
+                f"({hop['tag']}) is not that save's: {problem}"}, []
+    if record_data.is_record_1(record):
+        said = record["scheduler"]["step0"] if record["scheduler"] is not None else None
+        return {"how": record_data.RECORD_1, **base, "claimed": said,
+                "why": f"the save it resumed from ({hop['tag']}) holds a record 1 (0.5.0), bound to no file"}, []
+    valid = _valid_record_2(raw)
+    assert valid is not None  # checked above
     hop["bound"] = True
     return valid["step0"], valid["loads"]
 
@@ -134,7 +139,7 @@ def _copied_from(folder: str, base: dict[str, Any]) -> tuple[dict[str, Any], lis
     states into the universal checkpoint's folder, not the record): that save's story, where its record is bound to
     it and its model-states file, whose bytes this one's are, holds the weights; where it holds none (ZeRO 3, the
     pipeline), the copy proves nothing, and the story says so. None where no save beside it matches."""
-    actual = record_data.bind(folder)
+    actual = binding.bind(folder)
     if actual.get("file") is None:
         return None
     parent, own = os.path.split(os.path.normpath(folder))
@@ -150,10 +155,10 @@ def _copied_from(folder: str, base: dict[str, Any]) -> tuple[dict[str, Any], lis
             continue
         valid = _valid_record_2(raw)
         if valid is None or not isinstance(raw, dict) or \
-                not record_data.same_model_states(raw.get("bound_to"), actual) or \
-                not record_data.same_binding(raw.get("bound_to"), record_data.bind(os.path.join(parent, name))):
+                not binding.same_model_states(raw.get("bound_to"), actual) or \
+                not binding.same_binding(raw.get("bound_to"), binding.bind(os.path.join(parent, name))):
             continue
-        if record_data.holds_weights(os.listdir(os.path.join(parent, name)), str(actual["file"])):
+        if binding.holds_weights(os.listdir(os.path.join(parent, name)), str(actual["file"])):
             return valid["step0"], valid["loads"]
         return {"how": record_data.UNBOUND, **base,
                 "why": f"the save it resumed from ({base['tag']}) holds no record; its model states are a copy of "
@@ -166,6 +171,14 @@ def _read_record(path: str) -> Any:
     """A record as JSON, read as the audit reads it: a regular file of at most RECORD_BYTES, never blocking on a
     FIFO; raises torch_file.Unreadable, or ValueError where it is not JSON."""
     return record_data.parse(torch_file.read_capped(path, record_data.RECORD_BYTES))
+
+
+def _valid(raw: Any) -> dict[str, Any] | None:
+    """The record as the audit reads it (record_data.valid_record); None where it is not one."""
+    try:
+        return record_data.valid_record(raw)
+    except ValueError:
+        return None
 
 
 def _valid_record_2(raw: Any) -> dict[str, Any] | None:

@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import bounded, record_data, torch_file
+from . import binding, bounded, torch_file
 from .state import STATE
 
-Fact = record_data.Fact
+Stamp = binding.Stamp
 KEY = "accelerate_warmup_patch/own_write/"  # the store's keys: this prefix, then the node (or ""), then the path
 
 
@@ -31,16 +31,16 @@ class Watch:
     """One save's own writes in this process, and how the ranks that do not write the record tell the one that does."""
 
     writer: bool  # this process writes the save's record
-    store: Any = None  # torch.distributed's store of this job, where it has several ranks (job_store)
+    kv: Any = None  # torch.distributed's store of this job, where it has several ranks (job_kv)
     node: str = ""  # "<host>:" where each node saves into a tag folder of its own, so that equal paths stay apart
-    writes: dict[str, Fact] = field(default_factory=dict)  # absolute path -> its fact right after the own write
-    told: dict[str, Fact | None] = field(default_factory=dict)  # the writer's: what the other ranks told it
+    writes: dict[str, Stamp] = field(default_factory=dict)  # absolute path -> its stamp right after the own write
+    told: dict[str, Stamp | None] = field(default_factory=dict)  # the writer's: what the other ranks told it
     budget: bounded.Budget = field(default_factory=bounded.Budget)  # this save's time for the store (bounded.py)
     save: str = ""  # the save's name, alike on every rank (attest.save_id), once the save has begun
     # absolute path -> its zip directory as read right after the own write (with its identity), so that the writer's
-    # binding reads it no second time (record_data.read_back_known)
+    # binding reads it no second time (binding.read_back_known)
     directories: dict[str, torch_file.ZipDirectory] = field(default_factory=dict)
-    read: Any = None  # the writer's: its binding's read of the tag folder (record_data.ReadBack), for the write
+    read: Any = None  # the writer's: its binding's read of the tag folder (binding.ReadBack), for the write
     identities: dict[str, tuple[int, ...]] = field(default_factory=dict)  # the writer's: each told file's identity
 
     def key(self, path: str) -> str:
@@ -49,10 +49,10 @@ class Watch:
 
 def watch(writer: bool, node_local: bool) -> Watch:
     """The watch of a save about to run, in a process that writes its record (``writer``) or a rank of its job."""
-    return Watch(writer, job_store(), f"{socket.gethostname()}:" if node_local else "")
+    return Watch(writer, job_kv(), f"{socket.gethostname()}:" if node_local else "")
 
 
-def job_store() -> Any:
+def job_kv() -> Any:
     """The store torch.distributed's default process group was set up with, where it has several ranks; else None.
 
     ``distributed_c10d._get_default_store`` is torch's own name for it (read in torch 2.13), not a public one: it
@@ -84,7 +84,7 @@ def saving(this: Watch | None) -> Iterator[Watch | None]:
 
 def own_write_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     """``TorchCheckpointEngine.save(state_dict, path)``: the original first, its result returned unchanged; then,
-    in a watched save, the file's fact as this process's write left it (one read of its zip central directory,
+    in a watched save, the file's stamp as this process's write left it (one read of its zip central directory,
     never the weights), told to the record's writer where this process is another rank."""
     result = wrapped(*args, **kwargs)
     this = getattr(STATE.saving, "watch", None)
@@ -92,20 +92,20 @@ def own_write_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> An
         path = kwargs.get("path", args[1] if len(args) > 1 else None)
         if isinstance(path, str):
             where = os.path.abspath(path)
-            this.writes[where] = _noted(this, where)  # never raises: a fact of "?" at worst
+            this.writes[where] = _noted(this, where)  # never raises: a stamp of "?" at worst
             if not this.writer:
                 _tell(this, where, this.writes[where])
     return result
 
 
-def _noted(this: Watch, path: str) -> Fact:
-    """``path``'s fact as this process's own write left it (record_data.file_fact's), its zip directory kept."""
+def _noted(this: Watch, path: str) -> Stamp:
+    """``path``'s stamp as this process's own write left it (binding.file_stamp's), its zip directory kept."""
     try:
         found = torch_file.zip_directory(path, known_regular=True)  # just written by torch.save: fstat checks it
     except (OSError, torch_file.Unreadable):
-        return -1, record_data.UNREADABLE
+        return -1, binding.UNREADABLE
     this.directories[path] = found
-    return found.size, record_data.members_digest(found.members) if found.zip else None
+    return found.size, binding.members_digest(found.members) if found.zip else None
 
 
 def known(this: Watch | None, folder: str) -> dict[str, torch_file.ZipDirectory]:
@@ -115,14 +115,14 @@ def known(this: Watch | None, folder: str) -> dict[str, torch_file.ZipDirectory]
                                     if os.path.dirname(path) == here}
 
 
-def noted_in(this: Watch | None, folder: str) -> dict[str, tuple[torch_file.ZipDirectory, Fact]]:
-    """The zip directory and fact of each of this process's own writes into ``folder`` that it read, by name."""
+def noted_in(this: Watch | None, folder: str) -> dict[str, tuple[torch_file.ZipDirectory, Stamp]]:
+    """The zip directory and stamp of each of this process's own writes into ``folder`` that it read, by name."""
     here = os.path.abspath(folder)
     return {} if this is None else {os.path.basename(path): (found, this.writes[path])
                                     for path, found in this.directories.items() if os.path.dirname(path) == here}
 
 
-def told_facts(this: Watch | None, folder: str, names: list[str]) -> dict[str, tuple[Fact, tuple[int, ...]]]:
+def told_stamps(this: Watch | None, folder: str, names: list[str]) -> dict[str, tuple[Stamp, tuple[int, ...]]]:
     """What the other ranks told of the files ``names`` in ``folder`` in this save, each with the identity its own
     read saw (asked at once: ask_all), so that the writer's binding takes them without reading them again; a file
     told without one is left out."""
@@ -131,7 +131,7 @@ def told_facts(this: Watch | None, folder: str, names: list[str]) -> dict[str, t
     paths = {name: os.path.join(os.path.abspath(folder), name) for name in names}
     ask_all(this, list(paths.values()))
     found = {name: (this.told.get(path), this.identities.get(path)) for name, path in paths.items()}
-    return {name: (fact, identity) for name, (fact, identity) in found.items() if fact is not None and identity}
+    return {name: (stamp, identity) for name, (stamp, identity) in found.items() if stamp is not None and identity}
 
 
 def all_read(this: Watch | None, folder: str) -> bool:
@@ -143,36 +143,36 @@ def all_read(this: Watch | None, folder: str) -> bool:
     return bool(mine) and all(path in this.directories for path in mine)
 
 
-def _tell(this: Watch, path: str, fact: Fact) -> None:
-    """Put this rank's fact of ``path`` in the job's store, before save_checkpoint's closing barrier, so that it is
+def _tell(this: Watch, path: str, stamp: Stamp) -> None:
+    """Put this rank's stamp of ``path`` in the job's store, before save_checkpoint's closing barrier, so that it is
     there when the writer looks after that barrier. Never raises: an untold file leaves the record unbound."""
-    if this.store is None:
+    if this.kv is None:
         return
-    key, store = this.key(path), this.store
+    key, kv = this.key(path), this.kv
     found = this.directories.get(path)
     identity = ",".join(str(part) for part in found.identity) if found is not None else ""
-    value = f"{fact[0]}\0{fact[1] or '-'}\0{identity}"  # the identity lets the writer stat it, not read it again
+    value = f"{stamp[0]}\0{stamp[1] or '-'}\0{identity}"  # the identity lets the writer stat it, not read it again
 
     def tell() -> None:
-        store.set(key, value)
-        store.check([key])  # answered after the set on the same connection: the store holds it now
+        kv.set(key, value)
+        kv.check([key])  # answered after the set on the same connection: the store holds it now
 
     with contextlib.suppress(Exception):  # bounded.Late too: the writer finds it untold
         bounded.call(this.budget, "a rank's tell of its file", tell)
 
 
-def _asked(this: Watch, path: str) -> Fact | None:
+def _asked(this: Watch, path: str) -> Stamp | None:
     """What a rank of this job told about ``path`` in this save, or None (it told nothing, or cannot be asked)."""
-    if this.store is None:
+    if this.kv is None:
         return None
-    key, store = this.key(path), this.store
+    key, kv = this.key(path), this.kv
 
     def ask() -> Any:
-        if not store.check([key]):  # never ``get`` a missing key: it waits for it
+        if not kv.check([key]):  # never ``get`` a missing key: it waits for it
             return None
-        value = store.get(key)
+        value = kv.get(key)
         with contextlib.suppress(Exception):  # the next save of this tag tells it again
-            store.delete_key(key)
+            kv.delete_key(key)
         return value
 
     try:
@@ -181,8 +181,8 @@ def _asked(this: Watch, path: str) -> Fact | None:
         return None
 
 
-def _parsed(this: Watch, path: str, value: Any) -> Fact | None:
-    """A told value as its fact (its identity kept in ``this.identities``); None for none, or one not ours."""
+def _parsed(this: Watch, path: str, value: Any) -> Stamp | None:
+    """A told value as its stamp (its identity kept in ``this.identities``); None for none, or one not ours."""
     if value is None:
         return None
     try:
@@ -200,16 +200,16 @@ def ask_all(this: Watch, paths: list[str]) -> None:
     removed; what is not there, or not asked in time, stays untold."""
     wanted = [path for path in paths if path not in this.writes and path not in this.told]
     got: dict[str, Any] = {}
-    if wanted and this.store is not None:
-        store, keys = this.store, [this.key(path) for path in wanted]
+    if wanted and this.kv is not None:
+        kv, keys = this.kv, [this.key(path) for path in wanted]
 
         def ask() -> dict[str, Any]:
-            present = keys if store.check(keys) else [key for key in keys if store.check([key])]
-            many = getattr(store, "multi_get", None)
-            values = many(present) if callable(many) and present else [store.get(key) for key in present]
+            present = keys if kv.check(keys) else [key for key in keys if kv.check([key])]
+            many = getattr(kv, "multi_get", None)
+            values = many(present) if callable(many) and present else [kv.get(key) for key in present]
             for key in present:
                 with contextlib.suppress(Exception):  # the next save of this tag tells it again
-                    store.delete_key(key)
+                    kv.delete_key(key)
             return dict(zip(present, values))
 
         with contextlib.suppress(Exception):
@@ -218,8 +218,8 @@ def ask_all(this: Watch, paths: list[str]) -> None:
         this.told[path] = _parsed(this, path, got.get(this.key(path)))
 
 
-def _written(this: Watch, path: str) -> Fact | None:
-    """This job's fact of ``path`` in this save: this process's own, else the one another rank told (asked once)."""
+def _written(this: Watch, path: str) -> Stamp | None:
+    """This job's stamp of ``path`` in this save: this process's own, else the one another rank told (asked once)."""
     if path in this.writes:
         return this.writes[path]
     if path not in this.told:
@@ -227,21 +227,21 @@ def _written(this: Watch, path: str) -> Fact | None:
     return this.told[path]
 
 
-def rewritten_since(folder: str, this: Watch | None, now: dict[str, Fact]) -> str | None:
-    """Why the states files a record in ``folder`` binds (``now``: each one's fact as read back, record_data.read_back)
+def rewritten_since(folder: str, this: Watch | None, now: dict[str, Stamp]) -> str | None:
+    """Why the states files a record in ``folder`` binds (``now``: each one's stamp as read back, binding.read_back)
     are not the bytes this job's save wrote (another job saved into the same tag, or a file was written by no process
     of this job that was watched); None where each of them holds this job's own bytes."""
     if this is None:
         return "this process's own writes of the save were not watched"
     here = os.path.abspath(folder)
     written = {name: _written(this, os.path.join(here, name)) for name in now}
-    untold = sorted(name for name, fact in written.items() if fact is None)
+    untold = sorted(name for name, stamp in written.items() if stamp is None)
     if untold:
         late = f"; {this.budget.given_up}" if this.budget.given_up else ""
         return (f"{_named(untold)}: written by no process of this job that the patch watched in this save (a rank "
                 "not armed, or with records off, or one this process cannot ask), so this save's bytes cannot be "
                 f"told from another job's{late}")
-    changed = record_data.rewritten({name: fact for name, fact in written.items() if fact is not None}, now)
+    changed = binding.rewritten({name: stamp for name, stamp in written.items() if stamp is not None}, now)
     if not changed:
         return None
     return (f"{_named(changed)}: not the bytes this job wrote in this save: another job saved into the same tag "

@@ -23,10 +23,12 @@ from typing import Any
 
 from . import (
     attest,
+    binding,
     failures,
     loaded_record,
     own_writes,
     record_data,
+    record_schema,
     releases,
     schedules,
     settings,
@@ -163,9 +165,9 @@ def _tell_the_writer(engine: Any, this: own_writes.Watch, given: Callable[[], di
         named = given()
         # with node-local storage each node names a save_dir of its own: the tag and step count name the save
         this.save = attest.save_id(None if this.node else named["save_dir"], named["tag"], int(engine.global_steps))
-        if this.store is not None and (not this.writer or this.node):
+        if this.kv is not None and (not this.writer or this.node):
             word = attest.word_of(engine, str(STATE.mode), this.save, _built_at_of(engine))
-            attest.tell(this.store, this.budget, _global_rank(engine), word)
+            attest.tell(this.kv, this.budget, _global_rank(engine), word)
     except Exception:  # the writer then hears nothing of this rank: its record is unbound, saying so
         return
 
@@ -179,7 +181,7 @@ def _ranks_unheard(engine: Any, this: own_writes.Watch | None) -> str | None:
     if this is None or not this.save:
         return "this save could not be named to the other ranks: their word on their first optimizer step is not known"
     own = attest.word_of(engine, str(STATE.mode), this.save, _built_at_of(engine))
-    return attest.unheard(this.store, this.budget, world_size=world, own_rank=_global_rank(engine), own=own)
+    return attest.unheard(this.kv, this.budget, world_size=world, own_rank=_global_rank(engine), own=own)
 
 
 def writes_records(engine: Any) -> bool:
@@ -224,7 +226,7 @@ def record(engine: Any, mode: str, folder: str, watch: own_writes.Watch | None =
     history = loaded_record.history(engine)
     world = attest.world()
     ranks = {"ranks": world} if world > 1 else {}  # a record with it speaks for each of them or is unbound (#55)
-    return {
+    return record_schema.written({
         "record": RECORD,
         "package": record_data.PACKAGE,
         "version": _package_version(),
@@ -238,7 +240,7 @@ def record(engine: Any, mode: str, folder: str, watch: own_writes.Watch | None =
         "step0": _step0(engine, scheduler, mode, history),
         "loads": history.loads if history is not None else [],
         **ranks,
-    }
+    })
 
 
 def _package_version() -> str:
@@ -254,28 +256,28 @@ def _bound_to(engine: Any, folder: str, watch: own_writes.Watch | None) -> dict[
     checkpoint_engine = getattr(engine, "checkpoint_engine", None)
     kind = type(checkpoint_engine)
     if kind.__name__ != "TorchCheckpointEngine" or not kind.__module__.startswith("deepspeed."):
-        return record_data.unbound(f"the checkpoint engine is {kind.__module__}.{kind.__qualname__}, which may write "
+        return binding.unbound(f"the checkpoint engine is {kind.__module__}.{kind.__qualname__}, which may write "
                                    "after save_checkpoint returns or elsewhere: only DeepSpeed's "
                                    "TorchCheckpointEngine is read back")
     decoupled = getattr(checkpoint_engine, "is_decoupled", None)
     if callable(decoupled) and decoupled() is not False:
-        return record_data.unbound("the checkpoint engine is decoupled: it writes after save_checkpoint returns")
+        return binding.unbound("the checkpoint engine is decoupled: it writes after save_checkpoint returns")
     unheard = _ranks_unheard(engine, watch)
     if unheard is not None:
-        return record_data.unbound(unheard)
+        return binding.unbound(unheard)
     own = own_writes.known(watch, folder)
     # a job of one rank wrote every states file in this process: bound from what its own writes left, and checked
     # by a stat of each after the record is written (write_checked)
-    found = record_data.bound_from_own(own_writes.noted_in(watch, folder)) \
+    found = binding.bound_from_own(own_writes.noted_in(watch, folder)) \
         if attest.world() == 1 and own_writes.all_read(watch, folder) else None
     raced = None
     if found is None:
-        found = record_data.read_back_known(folder, own, lambda names: own_writes.told_facts(watch, folder, names),
+        found = binding.read_back_known(folder, own, lambda names: own_writes.told_stamps(watch, folder, names),
                                             checked_later=True)  # write_checked stats each bound file
-        raced = own_writes.rewritten_since(folder, watch, found.facts) if found.bound["file"] is not None else None
+        raced = own_writes.rewritten_since(folder, watch, found.stamps) if found.bound["file"] is not None else None
     if watch is not None:
         watch.read = found
-    return record_data.unbound(raced) if raced is not None else found.bound
+    return binding.unbound(raced) if raced is not None else found.bound
 
 
 def _scheduler(scheduler: Any) -> dict[str, Any] | None:
@@ -370,19 +372,19 @@ def write_checked(folder: str, data: dict[str, Any], watch: own_writes.Watch | N
     saving the same tag), the record is written again, unbound, saying so (docs/mark.md, "A race"). Where this save's
     binding read the folder (``watch.read``), a stat of each bound file that shows the very file read is that check;
     else, or where one changed, the binding is read again."""
-    found = watch.read if watch is not None and isinstance(watch.read, record_data.ReadBack) else None
+    found = watch.read if watch is not None and isinstance(watch.read, binding.ReadBack) else None
     write(folder, data, found.names if found is not None else None)
     bound = data["bound_to"]
     if bound.get("file") is None:
         return
-    if found is not None and found.bound == bound and record_data.unchanged(folder, found.identities):
+    if found is not None and found.bound == bound and binding.unchanged(folder, found.identities):
         return
-    again, now = record_data.read_back(folder)
+    again, now = binding.read_back(folder)
     raced = own_writes.rewritten_since(folder, watch, now) if again.get("file") is not None else again.get("unbound")
-    if raced is None and not record_data.same_binding(bound, again):
-        raced = f"the tag folder changed while the record was written ({record_data.binding_problem(bound, again)})"
+    if raced is None and not binding.same_binding(bound, again):
+        raced = f"the tag folder changed while the record was written ({binding.binding_problem(bound, again)})"
     if raced is not None:
-        write(folder, {**data, "bound_to": record_data.unbound(raced)})
+        write(folder, {**data, "bound_to": binding.unbound(raced)})
 
 
 STALE_PARTIAL_S = whole_file.STALE_S  # a temporary file this old was left by a killed process

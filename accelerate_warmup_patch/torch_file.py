@@ -169,7 +169,7 @@ class RangedFile(io.RawIOBase):
 
 @dataclass
 class ZipDirectory:
-    """What a record is bound to (record_data.binding): the file's size and each member of its zip as (name, CRC-32,
+    """What a record is bound to (binding.py): the file's size and each member of its zip as (name, CRC-32,
     size), from the central directory the read walks anyway. ``zip`` stays False for torch's legacy format, and
     ``why`` says what made it not a zip (zipfile's words)."""
 

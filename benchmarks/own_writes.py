@@ -23,7 +23,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from accelerate_warmup_patch import own_writes, record_data
+from accelerate_warmup_patch import binding, own_writes
 
 
 def _free_port() -> int:
@@ -55,9 +55,9 @@ def main() -> None:
                 own_writes.own_write_wrapper(lambda obj, where: None, None, (state, path), {})
             watched = time.perf_counter()
             writer = own_writes.Watch(True, server)
-            writer.writes[model_states] = record_data.file_fact(model_states)
+            writer.writes[model_states] = binding.file_stamp(model_states)
             done = time.perf_counter()  # rank 0: reads the folder back, and asks
-            why = own_writes.rewritten_since(folder, writer, record_data.read_back(folder)[1])
+            why = own_writes.rewritten_since(folder, writer, binding.read_back(folder)[1])
             asked = time.perf_counter()
             assert why is None, why
             for name, seconds in zip(times, (saved - start, watched - saved, asked - done)):

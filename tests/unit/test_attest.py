@@ -15,7 +15,16 @@ from typing import Any
 
 import pytest
 
-from accelerate_warmup_patch import attest, bounded, loaded_record, own_writes, record_data, record_writer, step_watch
+from accelerate_warmup_patch import (
+    attest,
+    binding,
+    bounded,
+    loaded_record,
+    own_writes,
+    record_data,
+    record_writer,
+    step_watch,
+)
 from accelerate_warmup_patch.state import STATE
 
 CHILDREN = Path(__file__).resolve().parents[1] / "children"
@@ -219,16 +228,16 @@ def test_a_one_rank_save_is_bound_from_its_own_writes_as_a_read_of_the_folder_bi
         with own_writes.saving(watch):
             own_writes.own_write_wrapper(lambda state, where, source=saved: shutil.copy(source, where), None,
                                          ({}, str(path)), {})
-    found = record_data.bound_from_own(own_writes.noted_in(watch, str(tag)))
-    assert found is not None and found.bound == record_data.read_back(str(tag))[0], found
-    assert found.bound["others"]["files"] == 2 and record_data.unchanged(str(tag), found.identities)
+    found = binding.bound_from_own(own_writes.noted_in(watch, str(tag)))
+    assert found is not None and found.bound == binding.read_back(str(tag))[0], found
+    assert found.bound["others"]["files"] == 2 and binding.unchanged(str(tag), found.identities)
     (tag / "layer_01-model_states.pt").write_bytes((tag / "layer_01-model_states.pt").read_bytes() + b"\0")
-    assert not record_data.unchanged(str(tag), found.identities)  # another write since: a stat tells
+    assert not binding.unchanged(str(tag), found.identities)  # another write since: a stat tells
 
 
 def test_the_writer_reads_no_zip_directory_another_rank_read_and_told_unless_a_stat_shows_another_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # #56 item 1 with several ranks: rank 1 tells its fact with the identity its own read saw
+    # #56 item 1 with several ranks: rank 1 tells its stamp with the identity its own read saw
     import shutil
 
     from test_audit_proof import _zero3_save
@@ -257,12 +266,12 @@ def test_the_writer_reads_no_zip_directory_another_rank_read_and_told_unless_a_s
 
     monkeypatch.setattr(torch_file, "zip_directory", counted)
 
-    def told(names: list[str]) -> dict[str, tuple[record_data.Fact, tuple[int, ...]]]:
-        return own_writes.told_facts(writer, str(tag), names)
+    def told(names: list[str]) -> dict[str, tuple[binding.Stamp, tuple[int, ...]]]:
+        return own_writes.told_stamps(writer, str(tag), names)
 
-    found = record_data.read_back_known(str(tag), own_writes.known(writer, str(tag)), told)
-    assert reads == [] and found.bound == record_data.read_back(str(tag))[0], reads
-    assert own_writes.rewritten_since(str(tag), writer, found.facts) is None
+    found = binding.read_back_known(str(tag), own_writes.known(writer, str(tag)), told)
+    assert reads == [] and found.bound == binding.read_back(str(tag))[0], reads
+    assert own_writes.rewritten_since(str(tag), writer, found.stamps) is None
     # another job's rank 1 writes its partition after this job's rank 1 did and told: a stat shows it, and it is read
     with own_writes.saving(rank1):
         own_writes.own_write_wrapper(lambda state, where: shutil.copy(tmp_path / "rank1.pt", where), None,
@@ -271,8 +280,8 @@ def test_the_writer_reads_no_zip_directory_another_rank_read_and_told_unless_a_s
     writer.told.clear()
     reads.clear()
     store.calls = 0
-    again = record_data.read_back_known(str(tag), own_writes.known(writer, str(tag)), told)
+    again = binding.read_back_known(str(tag), own_writes.known(writer, str(tag)), told)
     assert store.calls == 3, store.calls  # rank 1's file asked in one call: a check, a multi_get, a delete_key
     assert reads == [str(partition)], reads
     assert "zero_pp_rank_1_mp_rank_00_optim_states.pt: not the bytes this job wrote" in str(
-        own_writes.rewritten_since(str(tag), writer, again.facts))
+        own_writes.rewritten_since(str(tag), writer, again.stamps))

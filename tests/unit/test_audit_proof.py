@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parents[2]))
 import audit_files as files
 from audit_files import audit, one
 
-from accelerate_warmup_patch import loaded_record, own_writes, record_data, record_writer, torch_file
+from accelerate_warmup_patch import binding, loaded_record, own_writes, record_data, record_writer, torch_file
 from accelerate_warmup_patch.cli.audit import find
 from accelerate_warmup_patch.state import STATE
 
@@ -41,7 +41,7 @@ def record2(tag: Path, step0: dict[str, Any], *, deepspeed: str = "0.15.2", glob
     """Record 2 as record_writer.py writes it, bound to the model states in ``tag`` as they are now."""
     return {"record": 2, "package": "accelerate-warmup-patch", "version": "0.6.0", "mode": mode,
             "deepspeed": deepspeed, "reference": "0.19.8", "global_steps": global_steps,
-            "bound_to": record_data.bind(str(tag)) if bound else record_data.unbound("a checkpoint engine that "
+            "bound_to": binding.bind(str(tag)) if bound else binding.unbound("a checkpoint engine that "
                                                                                     "writes later"),
             "scheduler": {"class": scheduler, "step0": "fixed", "lrs_before": [0.001], "lrs_after": [0.0],
                           "why": "one plain sentence"},
@@ -68,15 +68,15 @@ def patched_run(save_dir: Path, step0: dict[str, Any], *, tag: str = "global_ste
 def test_the_binding_is_the_zip_members_crcs_and_sizes_and_holds_across_a_copy(tmp_path: Path) -> None:
     files.write_run(tmp_path / "run")
     tag = tmp_path / "run" / "global_step6"
-    bound = record_data.bind(str(tag))
+    bound = binding.bind(str(tag))
     assert bound["file"] == "mp_rank_00_model_states.pt" and bound["size"] == (tag / bound["file"]).stat().st_size
     assert bound["digest"].startswith("sha256:") and bound["members"] >= 2
     shutil.copytree(tmp_path / "run", tmp_path / "copy")  # new inodes and mtimes, the same bytes
-    assert record_data.same_binding(bound, record_data.bind(str(tmp_path / "copy" / "global_step6")))
+    assert binding.same_binding(bound, binding.bind(str(tmp_path / "copy" / "global_step6")))
     files.write_run(tmp_path / "rerun", lr=2e-3)  # other model states under the same names
-    other = record_data.bind(str(tmp_path / "rerun" / "global_step6"))
-    assert not record_data.same_binding(bound, other)
-    assert "digest" in record_data.binding_problem(bound, other) or "bytes" in record_data.binding_problem(bound, other)
+    other = binding.bind(str(tmp_path / "rerun" / "global_step6"))
+    assert not binding.same_binding(bound, other)
+    assert "digest" in binding.binding_problem(bound, other) or "bytes" in binding.binding_problem(bound, other)
 
 
 def test_the_writer_binds_no_file_whose_zip_directory_the_audit_refuses(tmp_path: Path,
@@ -88,12 +88,12 @@ def test_the_writer_binds_no_file_whose_zip_directory_the_audit_refuses(tmp_path
     with model_states.open("rb") as file:
         directory = torch_file._directory(file)[0]
     monkeypatch.setattr(torch_file, "DIRECTORY_BYTES", len(directory))
-    assert record_data.bind(str(model_states.parent))["file"] == model_states.name
+    assert binding.bind(str(model_states.parent))["file"] == model_states.name
     _, report = one(tmp_path / "run")
     assert report["verdict"] == "not affected", report
     monkeypatch.setattr(torch_file, "DIRECTORY_BYTES", len(directory) - 1)
-    assert record_data.bind(str(model_states.parent))["file"] is None
-    assert f"past {len(directory) - 1}" in record_data.bind(str(model_states.parent))["unbound"]
+    assert binding.bind(str(model_states.parent))["file"] is None
+    assert f"past {len(directory) - 1}" in binding.bind(str(model_states.parent))["unbound"]
     _, report = one(tmp_path / "run")
     assert report["verdict"] == "unreadable" and f"past {len(directory) - 1}" in report["why"], report
 
@@ -127,7 +127,7 @@ def test_a_rerun_whose_model_states_file_is_byte_identical_is_still_not_that_sav
     assert report["verdict"] == "not affected", report
     other = _zero3_save(tmp_path / "other", 2e-3)  # the unpatched rerun: other partitions
     shutil.copy(other / differs, tag / differs)
-    assert record_data.same_binding(bound, record_data.bind(str(tag))) is False
+    assert binding.same_binding(bound, binding.bind(str(tag))) is False
     _, report = one(tmp_path / "run")
     assert report["record"] is None and report["verdict"] == "affected", report
     assert any("the other states files" in note for note in report["notes"]), report["notes"]
@@ -135,7 +135,7 @@ def test_a_rerun_whose_model_states_file_is_byte_identical_is_still_not_that_sav
 
 def raced(tag: Path, watch: own_writes.Watch | None) -> str | None:
     """Why a record in ``tag`` is not bound to this job's bytes, as the record's writer asks after its read-back."""
-    return own_writes.rewritten_since(str(tag), watch, record_data.read_back(str(tag))[1])
+    return own_writes.rewritten_since(str(tag), watch, binding.read_back(str(tag))[1])
 
 
 def _written_by(watch: own_writes.Watch, path: Path, source: str | Path) -> None:
@@ -151,23 +151,23 @@ def test_a_record_is_bound_only_to_files_that_still_hold_the_bytes_its_writer_wr
     states = tag / "mp_rank_00_model_states.pt"
     writes = own_writes.Watch(writer=True)
     _written_by(writes, states, shutil.copy(states, tmp_path / "saved.pt"))
-    assert writes.writes == {os.path.abspath(states): record_data.file_fact(str(states))}
+    assert writes.writes == {os.path.abspath(states): binding.file_stamp(str(states))}
     assert raced(tag, writes) is None
     # nothing of its own, nothing told: nothing to bind
     assert "written by no process of this job" in str(raced(tag, own_writes.Watch(True)))
     assert raced(tag, None) is not None
-    bound = record_data.bind(str(tag))
+    bound = binding.bind(str(tag))
     files.write_run(tmp_path / "other", lr=2e-3)  # the other job's bytes land after this job's own write
     shutil.copy(tmp_path / "other" / "global_step6" / "mp_rank_00_model_states.pt", states)
     assert "another job" in str(raced(tag, writes))
     # bound before the folder changed, while the record was written: written again, unbound
-    now = own_writes.Watch(True, writes={os.path.abspath(states): record_data.file_fact(str(states))})
+    now = own_writes.Watch(True, writes={os.path.abspath(states): binding.file_stamp(str(states))})
     record_writer.write_checked(str(tag), record2(tag, observed([0.0], [0.0])) | {"bound_to": bound}, now)
     written = json.loads((tag / record_data.RECORD_FILE).read_text())
     assert written["bound_to"]["file"] is None and "changed while" in written["bound_to"]["unbound"], written
     assert one(tmp_path / "run")[1]["verdict"] == "unknown"
-    assert record_data.rewritten({"a": (1, "sha256:x")}, {"a": (1, "sha256:x")}) == []
-    assert record_data.rewritten({"a": (1, "sha256:x"), "b": (2, "?")}, {"a": (1, "sha256:y"), "b": (2, "?")}) == \
+    assert binding.rewritten({"a": (1, "sha256:x")}, {"a": (1, "sha256:x")}) == []
+    assert binding.rewritten({"a": (1, "sha256:x"), "b": (2, "?")}, {"a": (1, "sha256:y"), "b": (2, "?")}) == \
         ["a", "b"]
 
 
@@ -232,7 +232,7 @@ def test_a_record_of_0_6_0_bound_to_the_model_states_alone_is_still_read(tmp_pat
 def test_model_states_in_torchs_legacy_format_cannot_be_bound(tmp_path: Path) -> None:
     (tmp_path / "tag").mkdir()
     files.write_torch_legacy(tmp_path / "tag" / "mp_rank_00_model_states.pt", files.model_states())
-    bound = record_data.bind(str(tmp_path / "tag"))
+    bound = binding.bind(str(tmp_path / "tag"))
     assert bound["file"] is None and "legacy format" in bound["unbound"]
 
 
@@ -246,7 +246,7 @@ def test_the_writer_binds_the_model_states_file_the_audit_reads(tmp_path: Path, 
     for name in names:
         (tmp_path / name).write_bytes(b"")
     read = find.model_states(tmp_path)
-    assert read is not None and record_data.lowest_model_states(str(tmp_path)) == read.name
+    assert read is not None and binding.lowest_model_states(str(tmp_path)) == read.name
 
 
 # Numbers ----------------------------------------------------------------------------------------------------
@@ -485,7 +485,8 @@ def test_a_load_carries_the_bound_records_step0_and_keeps_the_chain_short(tmp_pa
 
 
 @pytest.mark.parametrize(("what", "how"), [("none", "unrecorded"), ("copied", "unrecorded"),
-                                           ("record 1", "record-1"), ("NaN literal", "unrecorded")])
+                                           ("record 1", "record-1"), ("record 1 of another save", "unrecorded"),
+                                           ("record 1 the audit refuses", "unrecorded"), ("NaN literal", "unrecorded")])
 def test_a_load_of_a_save_without_its_own_record_says_step_0_ran_unrecorded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str, how: str) -> None:
     monkeypatch.setattr(STATE, "loaded", {})
@@ -495,8 +496,15 @@ def test_a_load_of_a_save_without_its_own_record_says_step_0_ran_unrecorded(
     if what == "copied":  # a record bound to other model states
         patched_run(tmp_path / "other", observed([0.0], [0.0]), lr=5e-3)
         shutil.copy(tmp_path / "other" / "global_step6" / record_data.RECORD_FILE, folder)
-    elif what == "record 1":
-        write_record(folder, {"record": 1, "package": "accelerate-warmup-patch", "scheduler": {"step0": "fixed"}})
+    elif what.startswith("record 1"):  # the job recognises a record 1, and its save, by the audit's one rule
+        record_1 = {"record": 1, "package": "accelerate-warmup-patch", "version": "0.5.0", "mode": "reset",
+                    "deepspeed": "0.15.2", "reference": "0.19.8", "global_steps": 6,
+                    "scheduler": {"class": "WarmupLR", "step0": "fixed"}}
+        if what == "record 1 of another save":
+            record_1["global_steps"] = 3
+        elif what == "record 1 the audit refuses":
+            del record_1["version"]
+        write_record(folder, record_1)
     elif what == "NaN literal":  # not JSON: handed on, it would make the next record unwritable
         text = json.dumps(record2(folder, observed([0.0], [0.0]))).replace('"lrs": [0.0]', '"lrs": [NaN]')
         (folder / record_data.RECORD_FILE).write_text(text)

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[2]))
 import audit_files as files
 
-from accelerate_warmup_patch import record_data
+from accelerate_warmup_patch import binding, record_data
 from accelerate_warmup_patch.cli.audit import command, stores, writers
 
 fsspec = pytest.importorskip("fsspec", reason="fsspec (nox -s unit installs it)")
@@ -147,7 +147,7 @@ def test_the_binding_of_the_other_states_files_is_checked_by_ranges_on_a_store(m
              "lrs": [0.001], "expected": [0.0], "patch_did": "fixed", "global_steps": 0}
     record: dict[str, Any] = {
         "record": 2, "package": "accelerate-warmup-patch", "version": "0.6.0", "mode": "reset", "deepspeed": "0.15.2",
-        "reference": "0.19.8", "global_steps": 6, "bound_to": record_data.bind(str(tag)), "scheduler": None,
+        "reference": "0.19.8", "global_steps": 6, "bound_to": binding.bind(str(tag)), "scheduler": None,
         "first_step": None, "step0": step0, "loads": []}
     assert record["bound_to"]["others"]["files"] == 1
     (tag / record_data.RECORD_FILE).write_text(json.dumps(record))

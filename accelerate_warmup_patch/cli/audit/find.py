@@ -15,14 +15,14 @@ from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
-from ... import record_data
+from ... import binding
 from . import stores
 from .checkpoint_pickle import Unreadable
 from .stores import LOCAL, Entry, Listing, Place, Store
 
 LATEST_BYTES = 4096  # the bound of a save folder's `latest`
 # the rank files an engine writes per tag, as the writer of the record binds them (one pattern for both)
-_MODEL_STATES = record_data.MODEL_STATES
+_MODEL_STATES = binding.MODEL_STATES
 # one save of a run that saves many: the HF Trainer's checkpoint-N, accelerate's automatic checkpoint_N
 _SAVE_ROUND = re.compile(r"^checkpoint[-_](\d+)$")
 # DeepSpeed's own tag names, one sequence per engine; any other tag (accelerate's pytorch_model, pytorch_model_1
@@ -75,7 +75,7 @@ def _reason(error: OSError) -> str:
 def model_states(tag: PurePath, store: Store = LOCAL) -> PurePath | None:
     """The rank-0 model-states file of a tag folder (every rank's holds the same config and scheduler)."""
     try:
-        name = record_data.lowest_ranked(store.names(tag))
+        name = binding.lowest_ranked(store.names(tag))
     except OSError:
         return None
     return tag / name if name is not None else None

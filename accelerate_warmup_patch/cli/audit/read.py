@@ -11,6 +11,14 @@ from pathlib import PurePath
 from typing import Any
 
 from ... import record_data
+from ...binding import (
+    UNREADABLE,
+    members_digest,
+    model_states_binding,
+    not_this_saves,
+    other_states,
+    others_binding,
+)
 from . import checkpoint_pickle
 from .checkpoint_pickle import Unreadable
 from .find import model_states
@@ -45,7 +53,7 @@ class Save:
     # the model the engine held: a digest of its module's parameter names (None where the file holds none), which
     # tells one engine's saves from another's whatever their tags are named
     model: str | None = None
-    binding: dict[str, Any] | None = None  # its model-states file's (record_data.binding), where it was read
+    binding: dict[str, Any] | None = None  # its model-states file's (model_states_binding), where it was read
     # the file its ds_config was read from, where the engine was given a path (the checkpoint holds the path alone):
     # a fact from outside the checkpoint, which may make a verdict worse, never clear it
     config_file: str | None = None
@@ -79,7 +87,7 @@ def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCA
         iteration = number(state["last_batch_iteration"])
     global_steps = number(data.get("global_steps"))
     version = data["ds_version"][:64]
-    binding = record_data.binding(file.name, directory.size, directory.members) \
+    binding = model_states_binding(file.name, directory.size, directory.members) \
         if directory is not None and directory.zip else None
     record = _record(tag, notes, store)
     if record is not None and binding is not None and "others" in record.get("bound_to", {}):
@@ -98,14 +106,14 @@ def _others(tag: PurePath, bound_file: str, store: Store) -> dict[str, Any]:
     """``bound_to["others"]`` of the tag folder as it is now: each other states file's size and members' digest,
     read from its central directory alone (record_data's selection and format, the writer's)."""
     files: list[tuple[str, int, str | None]] = []
-    for name in record_data.other_states(store.names(tag), bound_file):
+    for name in other_states(store.names(tag), bound_file):
         try:
             directory = store.directory(tag / name)
         except Unreadable:
-            files.append((name, -1, record_data.UNREADABLE))
+            files.append((name, -1, UNREADABLE))
             continue
-        files.append((name, directory.size, record_data.members_digest(directory.members) if directory.zip else None))
-    return record_data.others_binding(files)
+        files.append((name, directory.size, members_digest(directory.members) if directory.zip else None))
+    return others_binding(files)
 
 
 def _this_saves(record: dict[str, Any], *, binding: dict[str, Any] | None, version: str, global_steps: Any,
@@ -114,21 +122,7 @@ def _this_saves(record: dict[str, Any], *, binding: dict[str, Any] | None, versi
     to this very model-states file; every record must name this save's release, step count and scheduler class.
     A record 2 that says it is unbound is kept, marked ``bound: False``: a claim, never proof."""
     name = record["file"]
-    problem = None
-    if record["global_steps"] != global_steps:
-        # The record is written after each save, with the engine's step count; the tag folder may be saved over
-        # later by a job that wrote none (unpatched, off, or without the package), and the old record stays.
-        problem = (f"it names global step {record['global_steps']} and the checkpoint "
-                   f"{'?' if global_steps is None else global_steps}: a record of an earlier save into this folder")
-    elif record["deepspeed"] != version:
-        problem = f"it names DeepSpeed {record['deepspeed']}, the checkpoint {version}"
-    elif record["scheduler"] is not None and scheduler is not None and record["scheduler"]["class"] != scheduler:
-        problem = f"it names scheduler {record['scheduler']['class']}, the checkpoint's config {scheduler}"
-    elif record["record"] == record_data.RECORD and record["bound_to"]["file"] is not None:
-        if binding is None:
-            problem = "it is bound to a zip, and the model states are torch's legacy format"
-        elif not record_data.same_binding(record["bound_to"], binding):
-            problem = record_data.binding_problem(record["bound_to"], binding)
+    problem = not_this_saves(record, binding, deepspeed=version, global_steps=global_steps, scheduler=scheduler)
     if problem is not None:
         notes.append(f"{name}: ignored, not that save's record: {problem}")
         return None

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import PurePath
 from typing import Any
 
-from ... import record_data
+from ... import binding, record_data
 from . import checkpoint_pickle
 from .chain import WORST, step0_from_origin
 from .checkpoint_pickle import Unreadable
@@ -244,11 +244,11 @@ def copied_from(run: Run, newest: Save, report: Report, config_root: str | None)
         except Unreadable:
             continue
         if save.record is None or not save.vouched or \
-                not record_data.same_model_states(save.record["bound_to"], bound):
+                not binding.same_model_states(save.record["bound_to"], bound):
             continue
         report.notes.append(f"{newest.tag.name} holds no record; its model-states file is a copy of "
                             f"{tag.name}'s (a universal checkpoint, or a copied tag folder)")
-        if not record_data.holds_weights(run.store.names(tag), bound["file"]):
+        if not binding.holds_weights(run.store.names(tag), bound["file"]):
             save.record = {**save.record, "bound": False,
                            "why": f"{newest.tag.name} holds no record, and the model states it copied from "
                                   f"{tag.name} hold no weights (ZeRO 3, or the pipeline's layer files): its record "
@@ -272,7 +272,7 @@ def converted_elsewhere(run: Run, newest: Save, config_root: str | None) -> str 
             source = read_save(tag, config_root, run.store, bind=True).binding
         except Unreadable:
             continue
-        if bound is not None and record_data.same_model_states(source, bound):
+        if bound is not None and binding.same_model_states(source, bound):
             return None  # its source is here: judged as that save is
     return (f"{run.tag.name} is a universal checkpoint (ds_to_universal's output, named by latest_universal) whose "
             "source save is not in this folder: its model states are a copy of that save's, and the record of the "
