@@ -1,9 +1,10 @@
 """Audit v5 (#55 items 2-5) on real engines of the installed DeepSpeed (the suite's 0.15.2 and 0.19.8): the ordinary
 shapes of a run (tests/children/audit_shapes.py: a config given as an absolute or a relative path and edited after
 the run, a scheduler built in code or by a callable, a torch scheduler, a GAN's two engines with alike names under
-custom tags, bf16, gradient accumulation, frozen parameters, ZeRO 1-3), trained once armed (reset) and once not,
-then audited from ``python -S`` with a copy of the package alone. The truth is the lr each engine's first optimizer step used (a torch pre-hook), against 0.19.8's step 0 for the
-same schedule (warmup_min_lr 0.0; OneCycle's cycle_min_lr; a torch scheduler's own lr on every release).
+custom tags, bf16, gradient accumulation, frozen parameters, ZeRO 1-3), trained once armed (reset) and once not, then
+audited from ``python -S`` with a copy of the package alone. The truth is the lr each engine's first optimizer step
+used (a torch pre-hook), against 0.19.8's step 0 for the same schedule (warmup_min_lr 0.0; OneCycle's cycle_min_lr; a
+torch scheduler's own lr on every release).
 
 The rule, checked for every run: never "not affected" where step 0 ran at another lr than 0.19.8's, never "affected"
 where it ran at 0.19.8's, and every honest shape (patched, or on a release that needs nothing) "not affected".
