@@ -36,9 +36,10 @@ STEPS = 3
 
 
 # the engine's own options of each plain shape (a WarmupLR in the config)
-PLAIN: dict[str, dict[str, Any]] = {"bf16": {"bf16": {"enabled": True}}, "accumulation": {"gradient_accumulation_steps": 2},
-         "frozen": {}, "zero1": {"zero_optimization": {"stage": 1}}, "zero2": {"zero_optimization": {"stage": 2}},
-         "zero3": {"zero_optimization": {"stage": 3}}}
+PLAIN: dict[str, dict[str, Any]] = {
+    "bf16": {"bf16": {"enabled": True}}, "accumulation": {"gradient_accumulation_steps": 2}, "frozen": {},
+    "zero1": {"zero_optimization": {"stage": 1}}, "zero2": {"zero_optimization": {"stage": 2}},
+    "zero3": {"zero_optimization": {"stage": 3}}}
 
 
 def _config(scheduler: dict[str, Any] | None, **options: Any) -> dict[str, Any]:
