@@ -23,6 +23,13 @@ def differences(scheduler: str, deepspeed_version: str,
     return tuple({c.key: c for c in missing}.values())
 
 
+def candidates(scheduler: str, params: dict[str, Any] | None = None) -> tuple[upstream.Change, ...]:
+    """Every backported change a scheduler built with ``params`` meets (None: every one of the class), the newest row
+    per key, whatever the release: the caller asks the build (``installed.lacks``) which it lacks, so that a build's
+    probed answer, not its number, picks them."""
+    return tuple({c.key: c for c in upstream.backported(scheduler, params)}.values())
+
+
 def label(change: upstream.Change) -> str:
     """A change as the CLI names it: ``default peak (#8171)``."""
     return f"{change.key.replace('_', ' ')} ({change.pr})"

@@ -93,7 +93,7 @@ def _scope(deepspeed: str, config: dict[str, Any] | None,
         if lacks(upstream.START, name):
             affected.append(f"{name}, groups 1+" if fact.value is releases.Start.SETS_GROUP_0_ONLY else name)
             continue
-        for change in config_facts.differences(name, deepspeed, params if config else None):
+        for change in config_facts.candidates(name, params if config else None):
             if lacks(change.key, name):
                 backports.setdefault(config_facts.label(change), []).append(name)
     if affected:

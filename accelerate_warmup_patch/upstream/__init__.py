@@ -61,6 +61,14 @@ def missing_backports(scheduler: str, deepspeed_version: str) -> tuple[Change, .
                  and scheduler not in c.not_for)
 
 
+def backported(scheduler: str, params: Mapping[str, Any] | None = None) -> tuple[Change, ...]:
+    """Every change the patch backports for this class, whatever the release (a build may lack any of them, its
+    number says nothing sure), that a scheduler built with ``params`` meets (None: every one), in release order."""
+    owner = releases.INHERITS.get(scheduler, scheduler)
+    return tuple(c for c in CHANGES if c.backported and c.scheduler == owner and scheduler not in c.not_for
+                 and (params is None or c.meets(params)))
+
+
 def lacks(key: str, scheduler: str, deepspeed_version: str) -> bool:
     """True where this release lacks a change the patch backports (``key``) for this scheduler class.
 

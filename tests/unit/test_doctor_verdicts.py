@@ -150,3 +150,18 @@ def test_doctor_claims_nothing_of_the_reference_for_onecycles_stair_counts_on_a_
     assert "stair counts (#8179), which the patch does not backport" in line, line
     _, line = doctor_states.decide({"deepspeed": "0.19.4"}, _active(None), config)
     assert "stair counts" not in line, line
+
+
+def test_the_verdict_line_names_what_a_build_was_probed_to_lack_whatever_its_number(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 0.19.4+<hash> built before #8142 and #8151 merged: the table says 0.19.4 lacks nothing, its classes lack
+    two backported changes. The headline names them, as the per-class lines do (it said "the patch changes
+    nothing" above them)."""
+    monkeypatch.delenv(ENV, raising=False)
+    probed = {"lacks": ["WarmupCosineLR ratio_past_warmup", "WarmupCosineLR unknown_warmup_type"]}
+    state, line = doctor_states.decide({"deepspeed": "0.19.4+g1234567"}, _active(None), probed=probed)
+    assert (state, line) == ("backports-not-active", "DeepSpeed 0.19.4+g1234567: fixed upstream; the patch still "
+                             "backports ratio past warmup (#8142), unknown warmup type (#8151) to WarmupCosineLR - "
+                             f"{NOT_ACTIVE}")
+    fixed = doctor_states.decide({"deepspeed": "0.16.0"}, _active(None), probed={"lacks": []})
+    assert fixed[0] == "fixed-upstream"  # a number that names an affected release, whose code lacks nothing
