@@ -145,6 +145,7 @@ def _probed(answer: "Any") -> "dict[str, Any] | None":
     from . import installed
 
     return {"deepspeed": answer.version, "lacks": sorted(f"{name} {key}" for name, key in answer.lacks),
+            "lacks_changes": installed.lacked_changes(answer),
             "step_lr": answer.step_lr, "differs_from_table": installed.disagreements(answer)}
 
 

@@ -28,6 +28,9 @@ class Probed:
     starts: Mapping[str, releases.Start]  # what each class does to the optimizer's lr when built
     peak: releases.MaxLrDefault | None  # WarmupLR's peak without warmup_max_lr; None: not seen
     step_lr: str  # releases.StepLr
+    # (class, PR) of each backported change whose own check said the build lacks it: one key may span two PRs
+    # (the default peak: #7360 and #8171), and a build between them has one; empty: as ``lacks`` names them
+    lacks_prs: frozenset[tuple[str, str]] = frozenset()
 
 
 def probed() -> Probed | None:
@@ -60,6 +63,20 @@ def lacks(key: str, scheduler: str, version: str | None = None, *, seen: Collect
     if answer is None or (version is not None and version != answer.version):
         return upstream.lacks(key, scheduler, _version(version))
     return owner is not None and (owner, key) in answer.lacks
+
+
+def _lacks_change(answer: Probed, change: upstream.Change) -> bool:
+    """Whether the probe saw the build lack this very change (its PR), not only a change of its key."""
+    if answer.lacks_prs:
+        return (change.scheduler, change.pr) in answer.lacks_prs
+    return (change.scheduler, change.key) in answer.lacks
+
+
+def lacked_changes(answer: Probed) -> list[str]:
+    """The upstream changes the build lacks, one per PR and class, in release order: ``"WarmupLR default peak
+    (#8171)"``; what the import WARNING, ``status()`` and doctor name."""
+    return list(dict.fromkeys(f"{c.scheduler} {c.key.replace('_', ' ')} ({c.pr})" for c in upstream.CHANGES
+                              if c.backported and c.scheduler in answer.classes and _lacks_change(answer, c)))
 
 
 def named_lacks(answer: Probed) -> list[str]:
@@ -120,23 +137,25 @@ def step_lr() -> str:
 
 
 def table_lacks(answer: Probed) -> frozenset[tuple[str, str]]:
-    """What the table says the release that ``answer``'s version names lacks, in the probe's terms."""
+    """What the table says the release that ``answer``'s version names lacks: (class, PR) of each change."""
     try:
-        return frozenset((c.scheduler, c.key) for name in answer.classes
+        return frozenset((c.scheduler, c.pr) for name in answer.classes
                          for c in upstream.missing_backports(name, answer.version))
     except ValueError:  # a version string with no release number in it
         return frozenset()
 
 
 def disagreements(answer: Probed) -> list[str]:
-    """Where the build does otherwise than the table says of the release its number names, one phrase each."""
+    """Where the build does otherwise than the table says of the release its number names, one phrase per change
+    (its PR)."""
     table = table_lacks(answer)
     said = []
     for change in upstream.CHANGES:
-        pair = (change.scheduler, change.key)
-        if not change.backported or change.scheduler not in answer.classes or (pair in table) == (pair in answer.lacks):
+        seen = _lacks_change(answer, change)
+        if not change.backported or change.scheduler not in answer.classes or \
+                ((change.scheduler, change.pr) in table) == seen:
             continue
-        has = "lacks" if pair in answer.lacks else "has"
+        has = "lacks" if seen else "has"
         said.append(f"{change.scheduler} {change.key.replace('_', ' ')} ({change.pr}): the build {has} it")
     return list(dict.fromkeys(said))
 

@@ -32,6 +32,7 @@ def run(module: ModuleType, version: str) -> installed.Probed:
     if not scratch.has("WarmupLR"):
         raise LookupError(f"{module.__name__} has no WarmupLR class")
     lacks: set[tuple[str, str]] = set()
+    prs: set[tuple[str, str]] = set()
     with _quiet(getattr(module, "logger", None)):
         starts = {name: scratch.start(name) for name in PROBED if scratch.has(name)}
         peak, step_lr = scratch.peak(), scratch.step_lr()
@@ -40,7 +41,8 @@ def run(module: ModuleType, version: str) -> installed.Probed:
             if isinstance(check, Check) and change.backported and _has_its_class(scratch, change) and \
                     check.lacks(scratch):
                 lacks.add((change.scheduler, change.key))
-    return installed.Probed(version, frozenset(starts), frozenset(lacks), starts, peak, step_lr)
+                prs.add((change.scheduler, change.pr))
+    return installed.Probed(version, frozenset(starts), frozenset(lacks), starts, peak, step_lr, frozenset(prs))
 
 
 def _has_its_class(scratch: Scratch, change: Change) -> bool:

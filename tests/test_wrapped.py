@@ -61,6 +61,6 @@ def test_the_probe_finds_on_the_installed_release_what_the_table_says_it_lacks(d
     """On a release the probe and the table agree (every release of the table: tests/matrix.py checks the same)."""
     seen = _wrapped_child()["probe"]
     assert seen["probed"] == seen["table"]
-    assert seen["table"] == sorted(map(list, {(c.scheduler, c.key) for name in ("WarmupLR", "WarmupCosineLR")
+    assert seen["table"] == sorted(map(list, {(c.scheduler, c.pr) for name in ("WarmupLR", "WarmupCosineLR")
                                               for c in upstream.missing_backports(name, deepspeed)}))
     assert seen["differs"] == []

@@ -130,11 +130,11 @@ def _probed_build(deepspeed: str | None, notes: list[str]) -> dict[str, Any] | N
                      f"failed ({probed['error']}): the verdicts are the table's for {number}")
         return probed
     differs = "; ".join(probed["differs_from_table"]) or "nothing"
+    lacks = ", ".join(probed["lacks_changes"]) or "no backported change"
     notes.append(f"DeepSpeed {deepspeed} is {what}"
                  + (f" ({probed['vendor']})" if probed["vendor"] else "")
-                 + f": probed, its scheduler classes lack {', '.join(probed['lacks']) or 'no backported change'}; "
-                 f"where they differ from what the table says of {number}: {differs}. A patched process acts on "
-                 "what they do; the verdicts below are the probe's")
+                 + f": probed, its scheduler classes lack {lacks}; where they differ from what the table says of "
+                 f"{number}: {differs}. A patched process acts on what they do; the verdicts below are the probe's")
     return probed
 
 

@@ -31,6 +31,7 @@ def _run() -> dict[str, Any]:
         return {"error": f"the probe did not run on DeepSpeed {deepspeed.__version__} (its warning says why)"}
     vendor = vendor_builds.vendor_build(answer.version)
     return {"deepspeed": answer.version, "lacks": installed.named_lacks(answer),
+            "lacks_changes": installed.lacked_changes(answer),
             "differs_from_table": installed.disagreements(answer), "step_lr": answer.step_lr,
             "verdicts": installed.verdicts(answer.version), "vendor": vendor.name if vendor else None}
 

@@ -1,7 +1,8 @@
 """PR #7360 (DeepSpeed 0.17.2): WarmupLR without a ``warmup_max_lr`` peaks at group 0's lr, where it peaked at 0.001.
 
 #8171 (0.19.4) moved the default again, to each group's own lr: that is what the patch reproduces, so each part of
-this change is #8171's (a release between the two lacks #8171's change and is judged, probed and fixed by it). The
+this change but its probe is #8171's (a release between the two lacks #8171's change and is judged and fixed by it).
+The probe asks each PR apart, so that a build between the two is said to lack #8171 alone. The
 key, which configs meet it and which class never does are this unit's, where the default peak first changed.
 """
 
@@ -10,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .unit import ByLater, Change, Unit
+from ..releases import MaxLrDefault
+from ..scratch import Scratch
+from .unit import ByLater, Change, Check, Unit
 
 DEFAULT_PEAK = "default_peak"
 # WarmupDecayLR passes its own warmup_max_lr, whose default is 0.001 on every release (WarmupDecayLR.__init__'s
@@ -20,6 +23,11 @@ NOT_FOR = ("WarmupDecayLR",)
 _LATER = "#8171"
 
 
+def _peaks_at_the_constant(scratch: Scratch) -> bool:
+    """Its own question, so that a build between the two (group 0's lr) is said to lack #8171 alone."""
+    return scratch.peak() not in (MaxLrDefault.GROUP_0, MaxLrDefault.EACH_GROUP)  # None too: a peak no release has
+
+
 def no_peak_given(params: Mapping[str, Any]) -> bool:
     """Only a scheduler built without warmup_max_lr has a default peak."""
     return "warmup_max_lr" not in params
@@ -27,7 +35,7 @@ def no_peak_given(params: Mapping[str, Any]) -> bool:
 
 UNIT = Unit(pr="#7360", release="0.17.2", source="deepspeed/runtime/lr_schedules.py @ v0.17.1 and v0.17.2", changes=(
     Change(DEFAULT_PEAK, "WarmupLR", "__init__", "no warmup_max_lr: the peak is group 0's lr (was 0.001)",
-           probe=ByLater(_LATER, "its check tells 0.001, group 0's lr and each group's own lr apart"),
+           probe=Check(_peaks_at_the_constant),
            backport=ByLater(_LATER, "superseded by #8171 below"),
            judgement=ByLater(_LATER, "the newest row of a key judges (config_facts.differences)"),
            cases=ByLater(_LATER, "the reference's default is #8171's"),

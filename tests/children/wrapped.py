@@ -22,6 +22,6 @@ for mode in ("reset", "step", "warn"):
 answer = installed.probed()
 assert answer is not None, "the probe did not run"
 table = installed.table_lacks(answer)
-patched["probe"] = {"probed": sorted(map(list, answer.lacks)), "table": sorted(map(list, table)),
+patched["probe"] = {"probed": sorted(map(list, answer.lacks_prs)), "table": sorted(map(list, table)),
                     "differs": installed.disagreements(answer)}
 print(json.dumps(patched))

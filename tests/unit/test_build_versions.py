@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import audit_files as files
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from accelerate_warmup_patch import installed, loads, releases, upstream, vendor_builds
 from accelerate_warmup_patch.releases import MaxLrDefault, Start, StepLr
 from accelerate_warmup_patch.state import STATE
+from accelerate_warmup_patch.upstream.unit import Check
 
 
 @pytest.mark.parametrize(("version", "release"), [
@@ -175,3 +177,25 @@ def test_upstreams_module_only_load_restores_nothing_the_net_acts_on() -> None:
     assert found == loads.Restored(scheduler=False, optimizer_lr=False) and not found.aligns
     engine.lr_scheduler = SimpleNamespace(optimizer=engine.lr_scheduler.optimizer, last_batch_iteration=4)
     assert loads.restored(before, _look(engine)).scheduler  # another scheduler object: not the one before
+
+
+class _PeaksAtGroup0:
+    """A build's scratch kit as the probe reads a WarmupLR between #7360 and #8171: the peak is group 0's lr."""
+
+    def peak(self) -> MaxLrDefault:
+        return MaxLrDefault.GROUP_0
+
+
+def test_a_build_between_two_changes_of_one_key_is_said_to_lack_the_later_alone() -> None:
+    """A 0.19.4+<hash> whose WarmupLR peaks at group 0's lr has #7360 and lacks #8171 (one key, default_peak): the
+    probe asks each PR, and the import WARNING, status() and doctor name #8171 alone (they said it lacked #7360)."""
+    peak = [c for c in upstream.CHANGES if c.key == "default_peak"]
+    assert [c.pr for c in peak] == ["#7360", "#8171"]
+    kit: Any = _PeaksAtGroup0()
+    said = {c.pr: c.probe.lacks(kit) for c in peak if isinstance(c.probe, Check)}
+    assert said == {"#7360": False, "#8171": True}
+    answer = installed.Probed("0.19.4+g1234567", frozenset(installed.PROBED), frozenset({("WarmupLR", "default_peak")}),
+                              {"WarmupLR": Start.SETS_EVERY_GROUP, "WarmupCosineLR": Start.SETS_EVERY_GROUP},
+                              MaxLrDefault.GROUP_0, StepLr.IN_PLACE, frozenset({("WarmupLR", "#8171")}))
+    assert installed.lacked_changes(answer) == ["WarmupLR default peak (#8171)"]
+    assert installed.disagreements(answer) == ["WarmupLR default peak (#8171): the build lacks it"]
