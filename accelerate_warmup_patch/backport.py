@@ -101,7 +101,11 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
     version = wrapping.deepspeed_version()
     if name is None:
         return
+    later = _later_answers(scheduler, name, version) if at_construction and STATE.mode == Mode.WARN else []
     if not installed.built_wrong(name):  # nothing to change: the record says how the patch found it
+        if later:  # but reset answers a later step otherwise
+            STATE.would_fix += 1
+            _warn_instead(scheduler, name, version, [], [], later)
         mid_way = at_construction and not schedules.is_fresh(scheduler)
         record_writer.note(scheduler, _built_mid_way(scheduler, name) if mid_way else
                            _as_release(scheduler, name, version), first_only=True)
@@ -110,7 +114,7 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
     if not schedules.is_fresh(scheduler):
         if at_construction:  # built at a later iteration: the reference's constructor writes no lr, the rest it does
             record_writer.note(scheduler, _built_mid_way(scheduler, name))
-            _build_mid_way(_Building(scheduler, name, version, construction, peak_known))
+            _build_mid_way(_Building(scheduler, name, version, construction, peak_known), later)
         else:
             record_writer.note(scheduler, record_writer.earlier_process(
                 scheduler, "it had stepped or was restored when the patch saw it"))
@@ -132,11 +136,11 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
     done = [outcome for outcome in changed.result if outcome.changed]
     left = [outcome for outcome in changed.result if not outcome.changed]  # as the release set it, and why
     before, after = [old for _, old, _ in changes], [new for *_, new in changes]
-    if warn and (moved or done):
+    if warn and (moved or done or later):
         STATE.would_fix += 1
-        _warn_instead(scheduler, name, version, changes, done + left)
+        _warn_instead(scheduler, name, version, changes, done + left, later)
         record_writer.note(scheduler, record_writer.Action(
-            record_writer.WARNED, before, after, f"warn mode: reset would have set {_what(moved, done)} as "
+            record_writer.WARNED, before, after, f"warn mode: reset would have set {_what(moved, done, later)} as "
             f"DeepSpeed {releases.BEHAVIOR_REFERENCE} does ({_why(name, version)}); nothing was changed"))
         return
     for outcome in left:
@@ -168,7 +172,7 @@ def _built_mid_way(scheduler: Any, name: str) -> record_writer.Action:
         built_at=iteration if isinstance(iteration, int) else None)
 
 
-def _build_mid_way(building: _Building) -> None:
+def _build_mid_way(building: _Building, later: list[str]) -> None:
     """A scheduler built at a later iteration (``last_batch_iteration`` given): the reference's constructor writes no
     lr there, so step 0 runs at the optimizer's lr on it too, but the rest of it runs (the default peak, an unknown
     warmup_type): those the build lacks, each said once (in warn mode, the one line says what reset would set)."""
@@ -180,9 +184,9 @@ def _build_mid_way(building: _Building) -> None:
     if changed is None:
         return
     done = [outcome for outcome in changed.result if outcome.changed]
-    if STATE.mode == Mode.WARN and done:
+    if STATE.mode == Mode.WARN and (done or later):
         STATE.would_fix += 1
-        _warn_instead(scheduler, name, building.version, [], changed.result)
+        _warn_instead(scheduler, name, building.version, [], changed.result, later)
         return
     for outcome in changed.result:
         if not outcome.changed and outcome.left_line is not None:
@@ -206,9 +210,10 @@ def _build_as_reference(building: _Building, start: bool = True) -> list[Outcome
     return outcomes
 
 
-def _what(moved: list[schedules.Moved], done: list[Outcome]) -> str:
-    """What reset mode changes of a scheduler, for the record: its start lr, its default peak lr, or both."""
-    return " and ".join((["its start lr"] if moved else []) + [outcome.part for outcome in done])
+def _what(moved: list[schedules.Moved], done: list[Outcome], later: list[str] | None = None) -> str:
+    """What reset mode changes of a scheduler, for the record: its start lr, its default peak lr, later steps' lrs."""
+    return " and ".join((["its start lr"] if moved else []) + [outcome.part for outcome in done] +
+                        (["the lrs of later steps"] if later else []))
 
 
 def _as_release(scheduler: Any, name: str, version: str) -> record_writer.Action:
@@ -220,14 +225,30 @@ def _as_release(scheduler: Any, name: str, version: str) -> record_writer.Action
                                 f"DeepSpeed {releases.BEHAVIOR_REFERENCE} does: nothing to change")
 
 
+def _later_answers(scheduler: Any, name: str, version: str) -> list[str]:
+    """Warn mode's words for what reset's answers would change of this scheduler at later steps (each ``Answer``
+    whose change the build lacks and that says where it differs: #8142 past the warmup)."""
+    owner = releases.INHERITS.get(name, name)
+    said = []
+    for change in upstream.CHANGES:
+        backport = change.backport
+        if isinstance(backport, Answer) and backport.warns is not None and change.scheduler == owner and \
+                installed.lacks(change.key, name):
+            words = backport.warns(scheduler, version)
+            if words:
+                said.append(words)
+    return said
+
+
 def _warn_instead(scheduler: Any, name: str, version: str, changes: list[schedules.Moved],
-                  outcomes: list[Outcome]) -> None:
+                  outcomes: list[Outcome], later: list[str]) -> None:
     """Warn mode: one line per scheduler, on rank 0, with what reset mode would change and nothing changed."""
     parts = []
     if any(old != new for _, old, new in changes):
         parts.append(f"optimizer step 0 will run at lr {_lrs([old for _, old, _ in changes])} ({_why(name, version)}), "
                      f"DeepSpeed {releases.BEHAVIOR_REFERENCE} runs it at {_lrs([new for *_, new in changes])}")
     parts += [outcome.warning for outcome in outcomes]  # what else it would set, or leaves: said here, not again
+    parts += later
     log.warn_job_once(f"warn:{id(scheduler)}", "%s: %s; %s=reset fixes it", name, "; ".join(parts), ENV_MODE)
 
 

@@ -7,6 +7,8 @@ the instance's own attributes. A run's last steps meet it: the audit judges it o
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import reference, releases
 from ..scratch import COS_MIN, PAST, TOTAL, WARMUP, Scratch, is_number
 from .unit import PAST_WARMUP, Answer, Applied, Change, Check, Saved, Unit
@@ -25,6 +27,23 @@ def _swings_back(scratch: Scratch) -> bool:
     except ArithmeticError:
         return True
     return False
+
+
+def _past_the_total(scheduler: Any, version: str) -> str | None:
+    """Warn mode's words: the two formulas agree up to iteration max(total, warmup) - 1 (the cosine's progress is at
+    most 1 there, lr_schedules.py @ v0.19.2 and v0.19.3) and differ from it on, where the reference holds the floor."""
+    total, warmup = scheduler.total_num_steps, scheduler.warmup_num_steps
+    if not all(isinstance(value, (int, float)) for value in (total, warmup)):
+        return None
+    reference_does = f"DeepSpeed {releases.BEHAVIOR_REFERENCE} holds cos_min_ratio"
+    if total == warmup:
+        return (f"from iteration {warmup} on (past the warmup) DeepSpeed {version} fails on total_num_steps == "
+                f"warmup_num_steps ({total}: a division by zero), {reference_does}")
+    if total < warmup:
+        return (f"from iteration {warmup} on (past the warmup) DeepSpeed {version}'s cosine runs on a negative length "
+                f"(total_num_steps {total} < warmup_num_steps {warmup}), {reference_does}")
+    return (f"from iteration {total} on (past total_num_steps) DeepSpeed {version}'s cosine swings back up, "
+            f"{reference_does}")
 
 
 def _ran_past_the_total(saved: Saved) -> tuple[bool | None, str]:
@@ -51,7 +70,7 @@ UNIT = Unit(pr="#8142", release="0.19.3", source="deepspeed/runtime/lr_schedules
            "total_num_steps == warmup_num_steps no longer divides by zero",
            probe=Check(_swings_back),
            backport=Answer("get_lr_ratio() past the warmup is 0.19.3's formula, on the instance's attributes",
-                           PAST_WARMUP, reference.cosine_ratio),
+                           PAST_WARMUP, reference.cosine_ratio, warns=_past_the_total),
            judgement=Applied(_ran_past_the_total, last_steps=True),
            cases=("cosine_past_total", "cosine_total_equals_warmup")),
 ))

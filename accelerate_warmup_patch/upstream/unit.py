@@ -158,6 +158,9 @@ class Answer:
     answer: Callable[[Any], Any]  # the reference's value there, from the instance
     original_too: bool = False  # the build's own method runs too, for its warning, as the reference's logs it
     when: str = ""  # the words a failure of it adds to the method's name: " before its first step"
+    # warn mode's words for what the answer changes of this scheduler (scheduler, the build's version): where it
+    # differs from the build's own method, said at construction; None where it changes nothing of this one
+    warns: Callable[[Any, str], str | None] | None = None
 
 
 @dataclass(frozen=True)
