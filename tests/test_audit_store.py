@@ -171,4 +171,7 @@ def test_a_store_that_cannot_be_read_is_the_paths_line_and_exit_2(server: dict[s
     proc = audit(env, "--jsonl", url, str(Path(__file__).parent / "no-such-folder"))
     assert proc.returncode == 2 and reports(proc) == [] and "Traceback" not in proc.stderr, proc
     lines = proc.stderr.splitlines()
-    assert len(lines) == 2 and lines[0].startswith(f"accelerate-warmup-patch audit: error: {url}: "), lines
+    # each PATH's one error line, then the summary, which says that nothing was judged (#55 item 5)
+    errors = [line for line in lines if line.startswith("accelerate-warmup-patch audit: error: ")]
+    assert len(errors) == 2 and errors[0].startswith(f"accelerate-warmup-patch audit: error: {url}: "), lines
+    assert lines[:2] == errors and "nothing was judged" in lines[-1], lines
