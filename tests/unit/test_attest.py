@@ -197,7 +197,7 @@ class _EngineOf:
 def test_a_resumed_job_hands_on_only_a_story_of_its_own_shape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                               groups: int) -> None:
     # #56 item 4: a loaded record of 1,300 groups' lrs made every later record of a one-group model 45 KB
-    from test_audit_proof import observed, patched_run
+    from records import observed, patched_run
 
     monkeypatch.setattr(STATE, "loaded", {})
     monkeypatch.setattr(STATE, "watches", {})
@@ -219,9 +219,9 @@ def test_a_one_rank_save_is_bound_from_its_own_writes_as_a_read_of_the_folder_bi
     # #56 item 1: each zip directory read once (right after the own torch.save), no listing; the same binding
     import shutil
 
-    from test_audit_proof import _zero3_save
+    from records import zero3_save
 
-    tag = _zero3_save(tmp_path / "run", 1e-3)
+    tag = zero3_save(tmp_path / "run", 1e-3)
     watch = own_writes.Watch(writer=True)
     for path in sorted(tag.iterdir()):
         saved = shutil.copy(path, tmp_path / path.name)
@@ -240,11 +240,11 @@ def test_the_writer_reads_no_zip_directory_another_rank_read_and_told_unless_a_s
     # #56 item 1 with several ranks: rank 1 tells its stamp with the identity its own read saw
     import shutil
 
-    from test_audit_proof import _zero3_save
+    from records import zero3_save
 
     from accelerate_warmup_patch import torch_file
 
-    tag = _zero3_save(tmp_path / "run", 1e-3)
+    tag = zero3_save(tmp_path / "run", 1e-3)
     partition = tag / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
     shutil.copy(tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt", tmp_path / "rank1.pt")
     store = JobStore()

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[2]))
 import audit_files as files
 from audit_files import Call, Global, Tensor, audit, one
-from test_audit_proof import observed, record2, write_record
+from records import observed, record2, write_record
 
 from accelerate_warmup_patch.cli import audit as audit_cli
 

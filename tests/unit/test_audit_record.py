@@ -1,5 +1,5 @@
 """`audit` reads 0.5.0's record (accelerate_warmup_patch.json in the tag folder, record 1: bound to no file, so a
-claim that never clears a run on its own; record 2 is tests/unit/test_audit_proof.py) and
+claim that never clears a run on its own; record 2: tests/unit/test_record_binding.py and its neighbours) and
 judges step 0 as it happened: from the earliest save present, naming both releases where a run folder holds saves
 of two, and saying so where no optimizer step ran. Synthetic checkpoints of DeepSpeed 0.15.2 (step 0 at the
 optimizer's lr 0.001, 0.19.8 at warmup_min_lr 0.0) and 0.19.8, written with the standard library alone.

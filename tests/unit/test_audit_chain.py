@@ -1,0 +1,123 @@
+"""A run's step 0 handed along its chain of saves (cli/audit/chain.py): resumes, upgrades, gaps and claims.
+Synthetic checkpoints written with the standard library alone (tests/unit/audit_files.py, records.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[2]))
+import audit_files as files
+from audit_files import audit, one
+from records import COSINE, observed, patched_run, unrecorded, write_record
+
+from accelerate_warmup_patch import record_data
+
+# The chain ---------------------------------------------------------------------------------------------------
+
+
+def test_an_upgrade_resume_with_the_early_saves_deleted_is_judged_on_the_release_that_ran_step_0(
+        tmp_path: Path) -> None:
+    # unpatched on 0.15.2, resumed patched on 0.19.8, global_step3 deleted: the newest record alone tells
+    patched_run(tmp_path / "run", unrecorded("0.15.2"), version="0.19.8")
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "affected" and code == 1, report
+    assert report["step0_deepspeed_version"] == "0.15.2" and report["step0_lr"] == 0.001, report
+    assert "holds no record" in report["why"]
+
+
+@pytest.mark.parametrize(("first_lrs", "verdict"), [([0.0], "unknown"), ([0.001], "affected")])
+def test_a_chain_with_a_gap_is_unknown_where_an_earlier_bound_record_proves_step_0(
+        tmp_path: Path, first_lrs: list[float], verdict: str) -> None:
+    # patched start (global_step3), unpatched resume (global_step6, no record), patched resume (global_step9): the
+    # newest chain says step 0 ran unrecorded; the first save proves it ran at 0.0, unless global_step6's process
+    # started afresh
+    patched_run(tmp_path / "run", observed(first_lrs, [0.0]), tag="global_step3", global_steps=3)
+    files.write_run(tmp_path / "run", tag="global_step6", global_steps=6)
+    gap = {**unrecorded("0.15.2", 6), "tag": "global_step6", "why": "the save it resumed from (global_step6) holds "
+           "no record: step 0 ran unpatched, or patched by 0.4.0 or older"}
+    patched_run(tmp_path / "run", gap, tag="global_step9", global_steps=9)
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == verdict, report
+    if verdict == "unknown":
+        assert code == 0 and "the chain has a gap" in report["why"] and "global_step3" in report["why"], report
+        assert report["differences"] == [] and report["step0_lr"] is None, report
+
+
+def test_a_chain_that_ends_in_an_unknown_release_is_unknown(tmp_path: Path) -> None:
+    patched_run(tmp_path / "run", unrecorded(None), version="0.19.8")
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "unknown" and code == 0 and "release that ran step 0 is not known" in report["why"]
+
+
+@pytest.mark.parametrize("how", ["record-1", "unbound", "unobserved"])
+def test_a_chain_that_ends_in_a_claim_clears_only_where_the_release_needs_no_fix(tmp_path: Path, how: str) -> None:
+    for release, verdict in (("0.15.2", "unknown"), ("0.19.8", "not affected")):
+        patched_run(tmp_path / release, {"how": how, "deepspeed": release, "global_steps": 3, "why": f"a {how}"},
+                    version="0.19.8")
+        _, report = one(tmp_path / release)
+        assert report["verdict"] == verdict, (release, report)
+
+
+def test_a_fixed_start_then_an_unpatched_cosine_past_its_total_is_affected_and_both_are_named(
+        tmp_path: Path) -> None:
+    patched_run(tmp_path / "run", observed([0.0], [0.0]), tag="global_step3", global_steps=3, scheduler=COSINE)
+    (tmp_path / "run" / "latest").unlink()
+    files.write_run(tmp_path / "run", tag="global_step20", global_steps=20, scheduler=COSINE)  # unpatched resume
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == "affected" and code == 1, report
+    assert "as 0.19.8 runs it" in report["why"] and "total_num_steps" in report["why"], report
+    # the newest save has no record: a resume of the fixed start, or a fresh unpatched start (the files cannot tell)
+    assert "the files cannot tell which" in report["why"] and report["step0_lr"] is None
+
+
+@pytest.mark.parametrize(("newest", "steps", "verdict", "later"), [
+    ("0.19.8+local", 20, "unknown", "unknown"), ("0.18.9+local", 20, "unknown", "unknown"),
+    ("0.18.10", 20, "unknown", "unknown"), ("0.19.8+local", 6, "unknown", None),
+    ("0.16.5+91d1c55", 20, "affected", "affected"), ("0.19.8", 20, "not affected", None),
+])
+def test_the_changes_after_step_0_on_a_build_are_never_the_rows_of_the_number_it_names(
+        tmp_path: Path, newest: str, steps: int, verdict: str, later: str | None) -> None:
+    """A proven step 0, then an unpatched process of a build saved past the cosine's total: its number says nothing
+    sure about its code (a 0.18.9+local may carry #8142, a 0.19.8+local predate it), so the cosine's later steps are
+    unknown with the reason, never the table's row of that number (which called the first affected); where no step
+    went past the total, they are not named; a vendor build whose code is known (DeeperSpeed v3.0: upstream 0.16.5's
+    schedulers, before #8142) is judged as the release it carries. (A build's save without a record is unknown in
+    any case: its process may have started afresh, unpatched.)"""
+    patched_run(tmp_path / "run", observed([0.0], [0.0], deepspeed="0.19.8"), tag="global_step3", global_steps=3,
+                version="0.19.8", scheduler=COSINE)
+    (tmp_path / "run" / "latest").unlink()
+    files.write_run(tmp_path / "run", tag=f"global_step{steps}", global_steps=steps, version=newest,
+                    scheduler=COSINE)
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == verdict, report["why"]
+    named = [why for why in report["why"].split("; ") if "ratio past warmup (#8142)" in why]
+    assert bool(named) == (later is not None), report["why"]
+    if later == "unknown":
+        assert f"DeepSpeed {newest} is " in named[0] and "the table does not say whether its code has it" in named[0]
+        assert not report["differences"], report
+    elif later == "affected":
+        assert any("ratio past warmup (#8142)" in difference for difference in report["differences"]), report
+
+
+def test_a_record_with_non_finite_lrs_is_read_and_reported_as_such(tmp_path: Path) -> None:
+    patched_run(tmp_path / "inf", observed([0.0], [0.0]))  # an inf optimizer lr, fixed: lrs_before ["inf"]
+    folder = tmp_path / "inf" / "global_step6"
+    record = json.loads((folder / record_data.RECORD_FILE).read_text())
+    record["scheduler"]["lrs_before"] = ["inf"]
+    write_record(folder, record)
+    patched_run(tmp_path / "nan", observed(["nan"], ["nan"]))  # a NaN warmup_min_lr: step 0 ran at NaN
+    code, reports = audit(tmp_path / "inf", tmp_path / "nan")
+    assert code == 0
+    assert [r["verdict"] for r in reports] == ["not affected", "not affected"], reports
+    assert reports[0]["record"]["scheduler"]["lrs_before"] == ["inf"]
+    assert reports[1]["step0_lrs"] == ["nan"] and reports[1]["step0_lr"] == "nan"
+    _, text = audit(tmp_path / "nan", text=True)
+    assert "step 0 ran at nan (observed by" in text, text
+
+
