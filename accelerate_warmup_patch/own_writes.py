@@ -27,7 +27,7 @@ KEY = "accelerate_warmup_patch/own_write/"  # the store's keys: this prefix, the
 
 
 @dataclass
-class Watch:
+class SaveNotes:
     """One save's own writes in this process, and how the ranks that do not write the record tell the one that does."""
 
     writer: bool  # this process writes the save's record
@@ -47,9 +47,9 @@ class Watch:
         return f"{KEY}{self.node}{path}"
 
 
-def watch(writer: bool, node_local: bool) -> Watch:
-    """The watch of a save about to run, in a process that writes its record (``writer``) or a rank of its job."""
-    return Watch(writer, job_kv(), f"{socket.gethostname()}:" if node_local else "")
+def notes_of_save(writer: bool, node_local: bool) -> SaveNotes:
+    """The notes of a save about to run, in a process that writes its record (``writer``) or a rank of its job."""
+    return SaveNotes(writer, job_kv(), f"{socket.gethostname()}:" if node_local else "")
 
 
 def job_kv() -> Any:
@@ -70,16 +70,16 @@ def job_kv() -> Any:
 
 
 @contextlib.contextmanager
-def saving(this: Watch | None) -> Iterator[Watch | None]:
+def saving(this: SaveNotes | None) -> Iterator[SaveNotes | None]:
     """While it is open, this thread's own writes of states files are noted in ``this`` (None: not watched)."""
     if this is None:
         yield None
         return
-    STATE.saving.watch = this
+    STATE.saving.notes = this
     try:
         yield this
     finally:
-        STATE.saving.watch = None
+        STATE.saving.notes = None
 
 
 def own_write_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -87,7 +87,7 @@ def own_write_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> An
     in a watched save, the file's stamp as this process's write left it (one read of its zip central directory,
     never the weights), told to the record's writer where this process is another rank."""
     result = wrapped(*args, **kwargs)
-    this = getattr(STATE.saving, "watch", None)
+    this = getattr(STATE.saving, "notes", None)
     if this is not None:
         path = kwargs.get("path", args[1] if len(args) > 1 else None)
         if isinstance(path, str):
@@ -98,7 +98,7 @@ def own_write_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> An
     return result
 
 
-def _noted(this: Watch, path: str) -> Stamp:
+def _noted(this: SaveNotes, path: str) -> Stamp:
     """``path``'s stamp as this process's own write left it (binding.file_stamp's), its zip directory kept."""
     try:
         found = torch_file.zip_directory(path, known_regular=True)  # just written by torch.save: fstat checks it
@@ -108,21 +108,21 @@ def _noted(this: Watch, path: str) -> Stamp:
     return found.size, binding.members_digest(found.members) if found.zip else None
 
 
-def known(this: Watch | None, folder: str) -> dict[str, torch_file.ZipDirectory]:
+def known(this: SaveNotes | None, folder: str) -> dict[str, torch_file.ZipDirectory]:
     """The zip directories this process read of its own writes into ``folder``, by name."""
     here = os.path.abspath(folder)
     return {} if this is None else {os.path.basename(path): found for path, found in this.directories.items()
                                     if os.path.dirname(path) == here}
 
 
-def noted_in(this: Watch | None, folder: str) -> dict[str, tuple[torch_file.ZipDirectory, Stamp]]:
+def noted_in(this: SaveNotes | None, folder: str) -> dict[str, tuple[torch_file.ZipDirectory, Stamp]]:
     """The zip directory and stamp of each of this process's own writes into ``folder`` that it read, by name."""
     here = os.path.abspath(folder)
     return {} if this is None else {os.path.basename(path): (found, this.writes[path])
                                     for path, found in this.directories.items() if os.path.dirname(path) == here}
 
 
-def told_stamps(this: Watch | None, folder: str, names: list[str]) -> dict[str, tuple[Stamp, tuple[int, ...]]]:
+def told_stamps(this: SaveNotes | None, folder: str, names: list[str]) -> dict[str, tuple[Stamp, tuple[int, ...]]]:
     """What the other ranks told of the files ``names`` in ``folder`` in this save, each with the identity its own
     read saw (asked at once: ask_all), so that the writer's binding takes them without reading them again; a file
     told without one is left out."""
@@ -134,7 +134,7 @@ def told_stamps(this: Watch | None, folder: str, names: list[str]) -> dict[str, 
     return {name: (stamp, identity) for name, (stamp, identity) in found.items() if stamp is not None and identity}
 
 
-def all_read(this: Watch | None, folder: str) -> bool:
+def all_read(this: SaveNotes | None, folder: str) -> bool:
     """Whether this process wrote states files into ``folder`` in this save and read each one's zip directory."""
     if this is None:
         return False
@@ -143,7 +143,7 @@ def all_read(this: Watch | None, folder: str) -> bool:
     return bool(mine) and all(path in this.directories for path in mine)
 
 
-def _tell(this: Watch, path: str, stamp: Stamp) -> None:
+def _tell(this: SaveNotes, path: str, stamp: Stamp) -> None:
     """Put this rank's stamp of ``path`` in the job's store, before save_checkpoint's closing barrier, so that it is
     there when the writer looks after that barrier. Never raises: an untold file leaves the record unbound."""
     if this.kv is None:
@@ -161,7 +161,7 @@ def _tell(this: Watch, path: str, stamp: Stamp) -> None:
         bounded.call(this.budget, "a rank's tell of its file", tell)
 
 
-def _asked(this: Watch, path: str) -> Stamp | None:
+def _asked(this: SaveNotes, path: str) -> Stamp | None:
     """What a rank of this job told about ``path`` in this save, or None (it told nothing, or cannot be asked)."""
     if this.kv is None:
         return None
@@ -181,7 +181,7 @@ def _asked(this: Watch, path: str) -> Stamp | None:
         return None
 
 
-def _parsed(this: Watch, path: str, value: Any) -> Stamp | None:
+def _parsed(this: SaveNotes, path: str, value: Any) -> Stamp | None:
     """A told value as its stamp (its identity kept in ``this.identities``); None for none, or one not ours."""
     if value is None:
         return None
@@ -194,7 +194,7 @@ def _parsed(this: Watch, path: str, value: Any) -> Stamp | None:
         return None
 
 
-def ask_all(this: Watch, paths: list[str]) -> None:
+def ask_all(this: SaveNotes, paths: list[str]) -> None:
     """Ask what the other ranks told of ``paths`` (those this process did not write and has not asked) in one bounded
     call: a ``check`` of them all and a ``multi_get`` (a ``check`` each only where some are missing), then each key
     removed; what is not there, or not asked in time, stays untold."""
@@ -218,7 +218,7 @@ def ask_all(this: Watch, paths: list[str]) -> None:
         this.told[path] = _parsed(this, path, got.get(this.key(path)))
 
 
-def _written(this: Watch, path: str) -> Stamp | None:
+def _written(this: SaveNotes, path: str) -> Stamp | None:
     """This job's stamp of ``path`` in this save: this process's own, else the one another rank told (asked once)."""
     if path in this.writes:
         return this.writes[path]
@@ -227,7 +227,7 @@ def _written(this: Watch, path: str) -> Stamp | None:
     return this.told[path]
 
 
-def rewritten_since(folder: str, this: Watch | None, now: dict[str, Stamp]) -> str | None:
+def rewritten_since(folder: str, this: SaveNotes | None, now: dict[str, Stamp]) -> str | None:
     """Why the states files a record in ``folder`` binds (``now``: each one's stamp as read back, binding.read_back)
     are not the bytes this job's save wrote (another job saved into the same tag, or a file was written by no process
     of this job that was watched); None where each of them holds this job's own bytes."""

@@ -118,10 +118,10 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     arguments = wrapping.arguments_reader(original, defaults=True)
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: Any) -> Any:
-        this = _watch(instance)
+        this = _save_notes(instance)
         if this is not None:  # before the original, whose closing barrier then orders it before the writer's ask
             _tell_the_writer(instance, this, lambda: arguments(instance, args, kwargs))
-        with own_writes.saving(this) as watch:
+        with own_writes.saving(this) as notes:
             result = wrapped(*args, **kwargs)
         if not settings.record_wanted():  # ACCELERATE_WARMUP_PATCH_RECORD=off: no record (docs/mark.md)
             return result
@@ -137,7 +137,7 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
                 # save_checkpoint @ v0.9.0, v0.14.4, v0.15.2, v0.19.8; it does not move global_steps)
                 folder = os.path.join(given["save_dir"],
                                       f"global_step{instance.global_steps}" if tag is None else str(tag))
-                write_checked(folder, record(instance, mode, folder, watch), watch)
+                write_checked(folder, record(instance, mode, folder, notes), notes)
             except Exception as error:  # the checkpoint is saved: never break the user's save
                 failures.report("mark", what="writing the patch's record beside the checkpoint", error=error,
                                 consequence="the checkpoint is saved without it; audit judges that run as it judges "
@@ -147,18 +147,18 @@ def save_checkpoint_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _watch(engine: Any) -> own_writes.Watch | None:
-    """The watch of this process's own writes in the save about to run, on every rank of an armed job that writes
+def _save_notes(engine: Any) -> own_writes.SaveNotes | None:
+    """The notes of this process's own writes in the save about to run, on every rank of an armed job that writes
     records (the record's writer keeps its notes, the others tell it theirs); None where no record is written."""
     try:
         if not settings.record_wanted() or STATE.mode is None or engine is None:
             return None
-        return own_writes.watch(writes_records(engine), _node_local(engine))
+        return own_writes.notes_of_save(writes_records(engine), _node_local(engine))
     except Exception:  # an engine whose ranks cannot be read: no record is bound for it (own_writes.rewritten_since)
         return None
 
 
-def _tell_the_writer(engine: Any, this: own_writes.Watch, given: Callable[[], dict[str, Any]]) -> None:
+def _tell_the_writer(engine: Any, this: own_writes.SaveNotes, given: Callable[[], dict[str, Any]]) -> None:
     """Name the save for every rank alike (``this.save``), and, on a rank whose word the record's writer needs (each
     but the writer; each where every node writes its own), put this rank's word in the job's store (attest.py)."""
     try:
@@ -172,7 +172,7 @@ def _tell_the_writer(engine: Any, this: own_writes.Watch, given: Callable[[], di
         return
 
 
-def _ranks_unheard(engine: Any, this: own_writes.Watch | None) -> str | None:
+def _ranks_unheard(engine: Any, this: own_writes.SaveNotes | None) -> str | None:
     """Why this record may not speak for every rank of the job (attest.unheard); None in a job of one rank, or where
     every other rank told, for this save, the word this rank's own first step gives."""
     world = attest.world()
@@ -219,7 +219,7 @@ def _global_rank(engine: Any) -> int:
     return 0
 
 
-def record(engine: Any, mode: str, folder: str, watch: own_writes.Watch | None = None) -> dict[str, Any]:
+def record(engine: Any, mode: str, folder: str, notes: own_writes.SaveNotes | None = None) -> dict[str, Any]:
     """Record 2 (docs/mark.md): record 1's fields, the model-states file it is bound to, this process's first
     optimizer step as observed, the run's step 0 as far as this process knows it, and the loads behind it."""
     scheduler = getattr(engine, "lr_scheduler", None)
@@ -234,7 +234,7 @@ def record(engine: Any, mode: str, folder: str, watch: own_writes.Watch | None =
         "deepspeed": wrapping.deepspeed_version(),
         "reference": releases.BEHAVIOR_REFERENCE,
         "global_steps": int(engine.global_steps),
-        "bound_to": _bound_to(engine, folder, watch),
+        "bound_to": _bound_to(engine, folder, notes),
         "scheduler": _scheduler(scheduler),
         "first_step": step_watch.first_step(engine),
         "step0": _step0(engine, scheduler, mode, history),
@@ -247,12 +247,12 @@ def _package_version() -> str:
     return str(getattr(sys.modules.get(__package__ or ""), "__version__", "unknown"))
 
 
-def _bound_to(engine: Any, folder: str, watch: own_writes.Watch | None) -> dict[str, Any]:
+def _bound_to(engine: Any, folder: str, notes: own_writes.SaveNotes | None) -> dict[str, Any]:
     """The binding to the model-states file the audit will judge this folder by, read back now. Only DeepSpeed's
     own TorchCheckpointEngine is read back: save_checkpoint ends with a barrier after every rank's torch.save and
     the engine's commit (engine.py @ v0.15.2, v0.19.8), so every rank's file is complete when it returns. Another
     engine (Nebula, a decoupled or fast one) may write later or elsewhere: the record says it is unbound. So does
-    one whose files hold other bytes now than this job wrote (``watch``: another job saved the same tag)."""
+    one whose files hold other bytes now than this job wrote (``notes``: another job saved the same tag)."""
     checkpoint_engine = getattr(engine, "checkpoint_engine", None)
     kind = type(checkpoint_engine)
     if kind.__name__ != "TorchCheckpointEngine" or not kind.__module__.startswith("deepspeed."):
@@ -262,21 +262,21 @@ def _bound_to(engine: Any, folder: str, watch: own_writes.Watch | None) -> dict[
     decoupled = getattr(checkpoint_engine, "is_decoupled", None)
     if callable(decoupled) and decoupled() is not False:
         return binding.unbound("the checkpoint engine is decoupled: it writes after save_checkpoint returns")
-    unheard = _ranks_unheard(engine, watch)
+    unheard = _ranks_unheard(engine, notes)
     if unheard is not None:
         return binding.unbound(unheard)
-    own = own_writes.known(watch, folder)
+    own = own_writes.known(notes, folder)
     # a job of one rank wrote every states file in this process: bound from what its own writes left, and checked
     # by a stat of each after the record is written (write_checked)
-    found = binding.bound_from_own(own_writes.noted_in(watch, folder)) \
-        if attest.world() == 1 and own_writes.all_read(watch, folder) else None
+    found = binding.bound_from_own(own_writes.noted_in(notes, folder)) \
+        if attest.world() == 1 and own_writes.all_read(notes, folder) else None
     raced = None
     if found is None:
-        found = binding.read_back_known(folder, own, lambda names: own_writes.told_stamps(watch, folder, names),
+        found = binding.read_back_known(folder, own, lambda names: own_writes.told_stamps(notes, folder, names),
                                             checked_later=True)  # write_checked stats each bound file
-        raced = own_writes.rewritten_since(folder, watch, found.stamps) if found.bound["file"] is not None else None
-    if watch is not None:
-        watch.read = found
+        raced = own_writes.rewritten_since(folder, notes, found.stamps) if found.bound["file"] is not None else None
+    if notes is not None:
+        notes.read = found
     return binding.unbound(raced) if raced is not None else found.bound
 
 
@@ -367,12 +367,12 @@ def write(folder: str, data: dict[str, Any], names: list[str] | None = None) -> 
     whole_file.write(folder, FILE_NAME, text, record_data.PARTIAL, names)
 
 
-def write_checked(folder: str, data: dict[str, Any], watch: own_writes.Watch | None) -> None:
+def write_checked(folder: str, data: dict[str, Any], notes: own_writes.SaveNotes | None) -> None:
     """``write``, then the binding checked again: where the folder changed while the record was written (another job
     saving the same tag), the record is written again, unbound, saying so (docs/mark.md, "A race"). Where this save's
-    binding read the folder (``watch.read``), a stat of each bound file that shows the very file read is that check;
+    binding read the folder (``notes.read``), a stat of each bound file that shows the very file read is that check;
     else, or where one changed, the binding is read again."""
-    found = watch.read if watch is not None and isinstance(watch.read, binding.ReadBack) else None
+    found = notes.read if notes is not None and isinstance(notes.read, binding.ReadBack) else None
     write(folder, data, found.names if found is not None else None)
     bound = data["bound_to"]
     if bound.get("file") is None:
@@ -380,7 +380,7 @@ def write_checked(folder: str, data: dict[str, Any], watch: own_writes.Watch | N
     if found is not None and found.bound == bound and binding.unchanged(folder, found.identities):
         return
     again, now = binding.read_back(folder)
-    raced = own_writes.rewritten_since(folder, watch, now) if again.get("file") is not None else again.get("unbound")
+    raced = own_writes.rewritten_since(folder, notes, now) if again.get("file") is not None else again.get("unbound")
     if raced is None and not binding.same_binding(bound, again):
         raced = f"the tag folder changed while the record was written ({binding.binding_problem(bound, again)})"
     if raced is not None:

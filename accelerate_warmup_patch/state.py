@@ -106,8 +106,8 @@ class State:
     actions: dict[int, Any] = field(default_factory=dict)
     # id(engine) -> its watch of this process's first optimizer step (step_watch.Watch), until the engine dies
     watches: dict[int, Any] = field(default_factory=dict)
-    # ``saving.watch``: while this thread runs a save of a job that writes records, the states files this process
-    # wrote itself in it (own_writes.Watch: each path -> binding.file_stamp right after the write), else None
+    # ``saving.notes``: while this thread runs a save of a job that writes records, the states files this process
+    # wrote itself in it (own_writes.SaveNotes: each path -> binding.file_stamp right after the write), else None
     saving: threading.local = field(default_factory=threading.local)
     # id(engine) -> what its last load_checkpoint brought into this process (loaded_record.LoadedHistory), until it
     # dies

@@ -51,10 +51,10 @@ def main() -> None:
             start = time.perf_counter()
             torch.save(state, path)
             saved = time.perf_counter()
-            with own_writes.saving(own_writes.Watch(False, rank)):  # rank 1 after its save: read back and told
+            with own_writes.saving(own_writes.SaveNotes(False, rank)):  # rank 1 after its save: read back and told
                 own_writes.own_write_wrapper(lambda obj, where: None, None, (state, path), {})
             watched = time.perf_counter()
-            writer = own_writes.Watch(True, server)
+            writer = own_writes.SaveNotes(True, server)
             writer.writes[model_states] = binding.file_stamp(model_states)
             done = time.perf_counter()  # rank 0: reads the folder back, and asks
             why = own_writes.rewritten_since(folder, writer, binding.read_back(folder)[1])

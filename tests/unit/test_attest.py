@@ -119,7 +119,7 @@ def test_a_stalled_store_never_holds_a_save_past_its_bound(short_bounds: None, t
         budget = bounded.Budget()
         attest.tell(store, budget, 1, word())  # returns: the rank's word is then missing
         assert budget.given_up is not None and "has not returned yet" in budget.given_up
-        this = own_writes.Watch(True, store, writes={})
+        this = own_writes.SaveNotes(True, store, writes={})
         assert "has not returned yet" in str(own_writes.rewritten_since(str(tmp_path), this, {"a.pt": (1, None)}))
     finally:
         store.answering.set()
@@ -222,13 +222,13 @@ def test_a_one_rank_save_is_bound_from_its_own_writes_as_a_read_of_the_folder_bi
     from records import zero3_save
 
     tag = zero3_save(tmp_path / "run", 1e-3)
-    watch = own_writes.Watch(writer=True)
+    notes = own_writes.SaveNotes(writer=True)
     for path in sorted(tag.iterdir()):
         saved = shutil.copy(path, tmp_path / path.name)
-        with own_writes.saving(watch):
+        with own_writes.saving(notes):
             own_writes.own_write_wrapper(lambda state, where, source=saved: shutil.copy(source, where), None,
                                          ({}, str(path)), {})
-    found = binding.bound_from_own(own_writes.noted_in(watch, str(tag)))
+    found = binding.bound_from_own(own_writes.noted_in(notes, str(tag)))
     assert found is not None and found.bound == binding.read_back(str(tag))[0], found
     assert found.bound["others"]["files"] == 2 and binding.unchanged(str(tag), found.identities)
     (tag / "layer_01-model_states.pt").write_bytes((tag / "layer_01-model_states.pt").read_bytes() + b"\0")
@@ -248,7 +248,7 @@ def test_the_writer_reads_no_zip_directory_another_rank_read_and_told_unless_a_s
     partition = tag / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
     shutil.copy(tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt", tmp_path / "rank1.pt")
     store = JobStore()
-    writer, rank1 = own_writes.Watch(True, store), own_writes.Watch(False, store)
+    writer, rank1 = own_writes.SaveNotes(True, store), own_writes.SaveNotes(False, store)
     for path in sorted(tag.iterdir()):
         saved = shutil.copy(path, tmp_path / path.name)
         with own_writes.saving(writer):

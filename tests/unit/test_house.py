@@ -104,12 +104,8 @@ RESERVED: dict[str, Reserved] = {
                       ("probe", "probes", "probed", "probing")),
 }
 
-# Second meanings that the record's branch renames (#53 item 2): the lead removes each entry at that merge, with its
-# rename. (room, word): the names
-PENDING_RENAMES: dict[tuple[str, str], str] = {
-    ("own_writes.py", "watch"): "Watch, watch, STATE.saving.watch: a save's own writes, noted",
-    ("record_writer.py", "watch"): "_watch, watch: own_writes.Watch",
-}
+# Second meanings still to rename: none since own_writes.SaveNotes (#53 item 2). (room, word): the names
+PENDING_RENAMES: dict[tuple[str, str], str] = {}
 
 
 def words(name: str) -> list[str]:

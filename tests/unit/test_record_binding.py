@@ -81,14 +81,14 @@ def test_a_rerun_whose_model_states_file_is_byte_identical_is_still_not_that_sav
     assert any("the other states files" in note for note in report["notes"]), report["notes"]
 
 
-def raced(tag: Path, watch: own_writes.Watch | None) -> str | None:
+def raced(tag: Path, notes: own_writes.SaveNotes | None) -> str | None:
     """Why a record in ``tag`` is not bound to this job's bytes, as the record's writer asks after its read-back."""
-    return own_writes.rewritten_since(str(tag), watch, binding.read_back(str(tag))[1])
+    return own_writes.rewritten_since(str(tag), notes, binding.read_back(str(tag))[1])
 
 
-def _written_by(watch: own_writes.Watch, path: Path, source: str | Path) -> None:
+def _written_by(notes: own_writes.SaveNotes, path: Path, source: str | Path) -> None:
     """``path`` saved in a watched save of this thread, as the checkpoint engine's wrapped save does."""
-    with own_writes.saving(watch):
+    with own_writes.saving(notes):
         own_writes.own_write_wrapper(lambda state, where: shutil.copy(source, where), None, ({}, str(path)), {})
 
 
@@ -97,19 +97,19 @@ def test_a_record_is_bound_only_to_files_that_still_hold_the_bytes_its_writer_wr
     files.write_run(tmp_path / "run")
     tag = tmp_path / "run" / "global_step6"
     states = tag / "mp_rank_00_model_states.pt"
-    writes = own_writes.Watch(writer=True)
+    writes = own_writes.SaveNotes(writer=True)
     _written_by(writes, states, shutil.copy(states, tmp_path / "saved.pt"))
     assert writes.writes == {os.path.abspath(states): binding.file_stamp(str(states))}
     assert raced(tag, writes) is None
     # nothing of its own, nothing told: nothing to bind
-    assert "written by no process of this job" in str(raced(tag, own_writes.Watch(True)))
+    assert "written by no process of this job" in str(raced(tag, own_writes.SaveNotes(True)))
     assert raced(tag, None) is not None
     bound = binding.bind(str(tag))
     files.write_run(tmp_path / "other", lr=2e-3)  # the other job's bytes land after this job's own write
     shutil.copy(tmp_path / "other" / "global_step6" / "mp_rank_00_model_states.pt", states)
     assert "another job" in str(raced(tag, writes))
     # bound before the folder changed, while the record was written: written again, unbound
-    now = own_writes.Watch(True, writes={os.path.abspath(states): binding.file_stamp(str(states))})
+    now = own_writes.SaveNotes(True, writes={os.path.abspath(states): binding.file_stamp(str(states))})
     record_writer.write_checked(str(tag), record2(tag, observed([0.0], [0.0])) | {"bound_to": bound}, now)
     written = json.loads((tag / record_data.RECORD_FILE).read_text())
     assert written["bound_to"]["file"] is None and "changed while" in written["bound_to"]["unbound"], written
@@ -146,7 +146,7 @@ def test_the_other_ranks_tell_the_writer_what_they_wrote_and_a_file_no_rank_wrot
     partition = tag / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
     files.write_torch_zip(tmp_path / "rank1.pt", {"optimizer_state_dict": {"lr": 1e-3, "fp32": files.Tensor((16,))}})
     store = JobStore()
-    writer, rank1 = own_writes.Watch(True, store), own_writes.Watch(False, store)
+    writer, rank1 = own_writes.SaveNotes(True, store), own_writes.SaveNotes(False, store)
     for name in ("zero_pp_rank_0_mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt",
                  "layer_01-model_states.pt"):
         _written_by(writer, tag / name, shutil.copy(tag / name, tmp_path / name))
@@ -157,14 +157,15 @@ def test_the_other_ranks_tell_the_writer_what_they_wrote_and_a_file_no_rank_wrot
     # another job's rank 1 writes its partition after this job's rank 1 did
     files.write_torch_zip(partition, {"optimizer_state_dict": {"lr": 2e-3, "fp32": files.Tensor((16,))}})
     assert "zero_pp_rank_1_mp_rank_00_optim_states.pt: not the bytes this job wrote" in str(
-        raced(tag, own_writes.Watch(True, store, writes=writer.writes, told=dict(writer.told))))
+        raced(tag, own_writes.SaveNotes(True, store, writes=writer.writes, told=dict(writer.told))))
     # a rank that told nothing (not armed, records off) or a store that cannot be asked: not bound
-    for untold in (own_writes.Watch(True, store, writes=writer.writes), own_writes.Watch(True, writes=writer.writes)):
+    for untold in (own_writes.SaveNotes(True, store, writes=writer.writes),
+                   own_writes.SaveNotes(True, writes=writer.writes)):
         assert str(raced(tag, untold)).startswith(
             "zero_pp_rank_1_mp_rank_00_optim_states.pt: written by no process of this job"), untold
     # where each node saves into a folder of its own, one node's rank does not answer for another node's path
-    _written_by(own_writes.Watch(False, store, node="node-b:"), partition, tmp_path / "rank1.pt")
-    node_a = own_writes.Watch(True, store, node="node-a:", writes=writer.writes)
+    _written_by(own_writes.SaveNotes(False, store, node="node-b:"), partition, tmp_path / "rank1.pt")
+    node_a = own_writes.SaveNotes(True, store, node="node-a:", writes=writer.writes)
     assert "written by no process" in str(raced(tag, node_a))
 
 
