@@ -162,7 +162,9 @@ def tests(session: nox.Session, deepspeed: str) -> None:
     # files named after `--` run as named
     once = [] if session.posargs or deepspeed == tiers.TEST_DEEPSPEED[0] else \
         [f"--ignore={module}" for module in tiers.ONE_RELEASE_TESTS]
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "--durations=8", *once, *session.posargs,
+    # the unit tier needs neither torch nor DeepSpeed: `unit` runs it once, not once more per release here
+    units = [] if session.posargs else ["--ignore=tests/unit"]
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "--durations=8", *once, *units, *session.posargs,
                 env={"PYTHONUNBUFFERED": "1"})
 
 
