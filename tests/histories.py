@@ -4,19 +4,25 @@ fail (tests/test_audit_histories.py runs them; docs/audit.md says what the searc
 
 A history is a list of steps, plain data (JSON), each one of:
 
-- ``start``: a new run folder, a fresh engine (2 optimizer steps, saved as ``global_step2``);
+- ``start``: a new run folder, a fresh engine (2 optimizer steps, saved as ``global_step2``) of a scheduler class
+  and a ZeRO stage of its own;
 - ``resume``: an engine that loads a folder's newest save (whole, without the optimizer's states, or without the
   scheduler's), takes 1 step and saves into the same folder (the next ``global_stepN``) or into a new one;
-- ``rerun``: a fresh engine saved into an existing folder (``global_step2`` and ``latest`` written over; a later
-  save of the folder's earlier run stays beside it);
+- ``rerun``: a fresh engine, of its own class and stage, saved into an existing folder (``global_step2`` and
+  ``latest`` written over; a later save of the folder's earlier run stays beside it, and so does a states file of the
+  earlier run's stage that this one does not write);
 - ``copy``: the folder copied whole (``cp -r``);
 - ``delete``: the folder's oldest save removed, where it has two or more.
 
-Each engine runs in a mode: ``off`` (the patch removed), ``reset`` or ``warn``. The schedule is WarmupLR, linear,
-warmup_min_lr 0.0 up to warmup_max_lr 0.001 = the optimizer's lr, so that only step 0 can differ from 0.19.8 (no
-later change applies). The truth of a save is its run's step 0, as the optimizer's pre-hook saw it in the process
-that ran it: a fresh engine's own first step, or (a resume) the step 0 of the save it loaded, as the audit reads a
-resume (tests/test_proof.py does the same). A resume without the scheduler's state builds a fresh scheduler, but the
+Each engine runs in a mode: ``off`` (the patch removed), ``reset`` or ``warn``, under ZeRO stage 0, 1 or 2 and one
+of the three warmup classes (``SCHEDULERS``), a resume as the save it loads. Each class warms up linearly from 0.0 to
+the optimizer's lr 0.001 over 5 steps, so 0.19.8's step 0 is 0.0 for all three (read from 0.19.8's own classes on a
+bare optimizer); step 0 is what the truth follows (a later step of WarmupCosineLR may differ on a release without
+#8142, which the patch backports; the differential tier holds those).
+
+The truth of a save is its run's step 0, as the optimizer's pre-hook saw it in the process that ran it: a fresh
+engine's own first step, or (a resume) the step 0 of the save it loaded, as the audit reads a resume
+(tests/test_proof.py does the same). A resume without the scheduler's state builds a fresh scheduler, but the
 optimizer's states it loads restore the lr after the constructor set it, on every release: its first step runs at the
 restored lr on 0.15.2 and 0.19.8 alike, and starts nothing.
 
@@ -42,9 +48,16 @@ from typing import Any
 
 MODES = ("off", "reset", "warn")
 LOADS = ("whole", "no-optimizer", "no-scheduler")
-REFERENCE_STEP0 = [0.0]  # 0.19.8's step 0 of WarmupLR: warmup_min_lr
-SCHEDULER = {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 1e-3, "warmup_num_steps": 5,
-                                            "warmup_type": "linear"}}
+REFERENCE_STEP0 = [0.0]  # 0.19.8's step 0 of each class below: warmup_min_lr, warmup_min_ratio times the lr
+_WARMUP = {"warmup_num_steps": 5, "warmup_type": "linear"}
+SCHEDULERS: dict[str, dict[str, Any]] = {
+    "WarmupLR": {"warmup_min_lr": 0.0, "warmup_max_lr": 1e-3, **_WARMUP},
+    "WarmupDecayLR": {"warmup_min_lr": 0.0, "warmup_max_lr": 1e-3, "total_num_steps": 20, **_WARMUP},
+    "WarmupCosineLR": {"warmup_min_ratio": 0.0, "cos_min_ratio": 0.1, "total_num_steps": 20, **_WARMUP},
+}
+STAGES = (0, 1, 2)
+# what a step written before classes and stages were searched runs (tests/histories_found.json's older examples)
+DEFAULT_RUN = {"scheduler": "WarmupLR", "zero": 0}
 Step = dict[str, Any]
 
 
@@ -52,12 +65,12 @@ Step = dict[str, Any]
 
 def history(rng: random.Random, length: int) -> list[Step]:
     """A random history of ``length`` steps over the folders it makes (step 0 always starts one)."""
-    steps: list[Step] = [{"op": "start", "mode": rng.choice(MODES)}]
+    steps: list[Step] = [{"op": "start", "mode": rng.choice(MODES), **_run_kind(rng)}]
     folders = 1
     while len(steps) < length:
         op = rng.choice(("start", "resume", "resume", "rerun", "copy", "delete"))
         if op == "start":
-            steps.append({"op": op, "mode": rng.choice(MODES)})
+            steps.append({"op": op, "mode": rng.choice(MODES), **_run_kind(rng)})
             folders += 1
         elif op == "resume":
             into_new = rng.random() < 0.3
@@ -67,9 +80,16 @@ def history(rng: random.Random, length: int) -> list[Step]:
         elif op == "copy":
             steps.append({"op": op, "run": rng.randrange(folders)})
             folders += 1
+        elif op == "rerun":
+            steps.append({"op": op, "run": rng.randrange(folders), "mode": rng.choice(MODES), **_run_kind(rng)})
         else:
-            steps.append({"op": op, "run": rng.randrange(folders), "mode": rng.choice(MODES)})
+            steps.append({"op": op, "run": rng.randrange(folders)})
     return steps
+
+
+def _run_kind(rng: random.Random) -> dict[str, Any]:
+    """A fresh engine's scheduler class and ZeRO stage."""
+    return {"scheduler": rng.choice(sorted(SCHEDULERS)), "zero": rng.choice(STAGES)}
 
 
 # The truth, and the runs ---------------------------------------------------------------------------------------------
@@ -83,6 +103,8 @@ class Save:
     proven: bool
     origin: int = 0  # the fresh start its run began with (each start a number of its own)
     fresh: bool = False  # written by that start itself (not a resume of it)
+    scheduler: str = DEFAULT_RUN["scheduler"]  # what a resume of it builds
+    zero: int = DEFAULT_RUN["zero"]
 
 
 @dataclass
@@ -97,7 +119,7 @@ class World:
         return self.root / f"run{index}"
 
 
-Train = Callable[..., list[list[float]]]  # train(mode, save_dir, resume_from, load, steps) -> each step's lrs
+Train = Callable[..., list[list[float]]]  # train(mode, save_dir, resume_from, load, steps, scheduler, zero) -> lrs
 
 
 def play(step: Step, world: World, train: Train) -> None:
@@ -106,9 +128,9 @@ def play(step: Step, world: World, train: Train) -> None:
     op = step["op"]
     if op == "start":
         world.folders.append({})
-        _fresh(world, len(world.folders) - 1, step["mode"], train)
+        _fresh(world, len(world.folders) - 1, step, train)
     elif op == "rerun":
-        _fresh(world, step["run"] % len(world.folders), step["mode"], train)
+        _fresh(world, step["run"] % len(world.folders), step, train)
     elif op == "resume":
         source = step["run"] % len(world.folders)
         if step["into"] == "new":
@@ -131,19 +153,21 @@ def play(step: Step, world: World, train: Train) -> None:
                 del saves[oldest]
 
 
-def _fresh(world: World, index: int, mode: str, train: Train) -> None:
-    lrs = train(mode=mode, save_dir=world.path(index), resume_from=None, load=None, steps=2)
+def _fresh(world: World, index: int, step: Step, train: Train) -> None:
+    kind = {key: step.get(key, value) for key, value in DEFAULT_RUN.items()}
+    lrs = train(mode=step["mode"], save_dir=world.path(index), resume_from=None, load=None, steps=2, **kind)
     world.starts += 1
-    world.folders[index][2] = Save(lrs[0], proven=mode == "reset", origin=world.starts, fresh=True)
+    world.folders[index][2] = Save(lrs[0], proven=step["mode"] == "reset", origin=world.starts, fresh=True, **kind)
 
 
 def _resume(world: World, source: int, target: int, step: Step, train: Train) -> None:
     saves = world.folders[source]
     newest = int((world.path(source) / "latest").read_text().strip().removeprefix("global_step"))
     loaded = saves[newest]
-    train(mode=step["mode"], save_dir=world.path(target), resume_from=world.path(source), load=step["load"], steps=1)
+    train(mode=step["mode"], save_dir=world.path(target), resume_from=world.path(source), load=step["load"], steps=1,
+          scheduler=loaded.scheduler, zero=loaded.zero)
     world.folders[target][newest + 1] = Save(loaded.step0, proven=loaded.proven and step["mode"] != "off",
-                                             origin=loaded.origin)
+                                             origin=loaded.origin, scheduler=loaded.scheduler, zero=loaded.zero)
 
 
 # The rule --------------------------------------------------------------------------------------------------------

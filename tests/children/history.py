@@ -6,11 +6,16 @@ group and its port go with it."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: the harness and the histories
+# A ZeRO 1/2 resume on a release that loads the optimizer's partitions with torch.load's default (0.15.2: a
+# LossScaler inside) fails on torch 2.6 and later, whose default is weights_only: its users set this, and so does
+# the search (it changes how torch reads the files DeepSpeed loads, not what is in them or what the audit reads)
+os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
 # isort: off
 import harness  # first: its shims, and its demo module imported without arming the patch
 import histories
@@ -20,9 +25,11 @@ from accelerate_warmup_patch.cli.audit import audit
 # isort: on
 
 
-def train(*, mode: str, save_dir: Path, resume_from: Path | None, load: str | None, steps: int) -> list[list[float]]:
-    """One real engine in ``mode``: a fresh start or a resume of ``resume_from``'s newest save, ``steps`` optimizer
-    steps, saved into ``save_dir``; each step's lrs, from the optimizer's pre-hook."""
+def train(*, mode: str, save_dir: Path, resume_from: Path | None, load: str | None, steps: int, scheduler: str,
+          zero: int) -> list[list[float]]:
+    """One real engine in ``mode`` of ``scheduler`` (a class of histories.SCHEDULERS) under ZeRO stage ``zero``: a
+    fresh start or a resume of ``resume_from``'s newest save, ``steps`` optimizer steps, saved into ``save_dir``;
+    each step's lrs, from the optimizer's pre-hook."""
     if mode == "off":
         accelerate_warmup_patch.remove()
     else:
@@ -32,7 +39,8 @@ def train(*, mode: str, save_dir: Path, resume_from: Path | None, load: str | No
         model = torch.nn.Sequential(torch.nn.Linear(4, 4))
         config = {"train_micro_batch_size_per_gpu": 2, "steps_per_print": 10_000,
                   "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
-                  "zero_optimization": {"stage": 0}, "scheduler": histories.SCHEDULER}
+                  "zero_optimization": {"stage": zero},
+                  "scheduler": {"type": scheduler, "params": histories.SCHEDULERS[scheduler]}}
 
         def resume(engine: Any) -> None:
             engine.load_checkpoint(str(resume_from), load_optimizer_states=load != "no-optimizer",
