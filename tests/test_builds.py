@@ -91,6 +91,20 @@ def test_a_build_between_releases_before_their_fix_is_fixed_and_said_to_differ(t
     assert "DeepSpeed 0.15.3+g7f8e2a1 is a build, not the release 0.15.3" in command(build, tmp_path, "status")
 
 
+def test_a_tree_numbered_plainly_as_a_fixed_release_is_probed_by_doctor_and_status(tmp_path: Path) -> None:
+    """0.15.2's code numbered plainly 0.16.0 (a tree whose version file was bumped before the fix merged): a number
+    with no local part hides the code as well. doctor and status ask the classes, so WarmupLR is affected and
+    --strict fails (they called it "fixed upstream" from the number, and --strict passed)."""
+    build = builds.make(tmp_path / "build", "0.16.0")
+    found = doctor(build, tmp_path)
+    assert found["versions"]["deepspeed"] == "0.16.0" and found["state"] == "affected-not-active", found
+    assert found["verdicts"]["WarmupLR"] == "affected" and found["strict_fails"], found
+    assert "WarmupLR start" in found["probed"]["lacks"], found["probed"]
+    assert any("WarmupLR start (#6597): the build lacks it" in note for note in found["notes"]), found["notes"]
+    status = json.loads(command(build, tmp_path, "status", "--json"))
+    assert status["verdicts"]["WarmupLR"] == "affected", status
+
+
 def test_a_cherry_picked_fix_is_not_applied_twice_and_the_rest_is_backported(tmp_path: Path) -> None:
     """0.15.2 with WarmupLR's start fix of 0.15.3 applied, labelled 0.15.2+local."""
     build = builds.make(tmp_path / "build", "0.15.2+local", builds.warmup_start_fix)

@@ -1,6 +1,6 @@
-"""``doctor`` on a DeepSpeed build that is not a release (a local part, a dev or pre suffix): what its scheduler
-classes do, asked in a child interpreter that imports deepspeed (seconds), as a patched process asks them
-(probe.py). A release's number is enough for the table; a build's is not (``releases.is_release``)."""
+"""``doctor`` and ``status`` on any DeepSpeed build: what its scheduler classes do, asked in a child interpreter that
+imports deepspeed (seconds), as a patched process asks them (probe.py). A number is not the code: a local part, a dev
+suffix or a tree numbered plainly ``0.16.0`` that carries another release's code all say too little."""
 
 from __future__ import annotations
 
@@ -8,8 +8,16 @@ import os
 import sys
 from typing import Any
 
-from .. import vendor_builds
+from .. import releases, vendor_builds
 from . import child
+
+
+def installed(deepspeed: str | None) -> dict[str, Any] | None:
+    """``probe`` of the installed DeepSpeed; None where the patch does nothing (none installed, or older than the
+    table: a patched process probes nothing there either)."""
+    if deepspeed is None or releases.deepspeed_support(deepspeed) is releases.Support.UNSUPPORTED:
+        return None
+    return probe(deepspeed)
 
 
 def probe(deepspeed: str, timeout: float = 300) -> dict[str, Any]:
