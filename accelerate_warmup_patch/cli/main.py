@@ -35,11 +35,12 @@ exit codes:
 BROKEN_PIPE = 141
 
 DOCTOR = """\
-Opens with one verdict line (the state), then the details: installed versions, the guard table's
-word per scheduler class, how a new process of this environment would be armed, and whether the
-multi-node launcher would carry the switch; which interpreters (python, -I, -E, -s, -S, and
---python-flags) the switch reaches, asked of each. Without --config it imports neither torch nor
-deepspeed. --config reads your DeepSpeed config (or a TrainingArguments JSON / accelerate YAML
+Opens with one verdict line (the state), then the details: installed versions, the word per
+scheduler class of what its code does (a child imports torch and deepspeed and asks the build's
+classes, 5-10 s: a number is not the code), how a new process of this environment would be armed,
+and whether the multi-node launcher would carry the switch; which interpreters (python, -I, -E,
+-s, -S, and --python-flags) the switch reaches, asked of each. --config reads your DeepSpeed
+config (or a TrainingArguments JSON / accelerate YAML
 that names one) and prints the lr optimizer steps 0-3 use, unpatched and patched, computed with
 the installed release's own scheduler class on a throwaway optimizer (no model, no training), in
 a child interpreter that imports torch and DeepSpeed: 5-15 s, said on stderr while it runs."""
@@ -60,8 +61,9 @@ Each run imports them (5-15 s; said on stderr while it runs); neither builds Dee
 shared-memory comm op, which a single training process never uses."""
 STATUS = """\
 Without options: what a process started with this environment would do (the environment variable,
-the .pth, sitecustomize) and which interpreters the switch reaches, asked of each, without importing
-torch or deepspeed. --live starts such a process, imports deepspeed and accelerate in it (5-15 s,
+the .pth, sitecustomize), which interpreters the switch reaches, asked of each, and what the build's
+scheduler classes do (a child imports torch and deepspeed, 5-10 s). --live starts such a process,
+imports deepspeed and accelerate in it (5-15 s,
 said on stderr while it runs), and prints its status(): mode, wrappers, verdicts."""
 AUDIT = f"""\
 Reads the DeepSpeed checkpoints of finished runs (each PATH: a checkpoint folder with `latest`, one tag
