@@ -83,13 +83,14 @@ def config_section(path: str, lr: float | None, group_lrs: list[float] | None, s
     return section
 
 
-def report(config_args: dict[str, Any] | None = None, python_flags: list[str] | None = None) -> dict[str, Any]:
+def report(config_args: dict[str, Any] | None = None, python_flags: list[str] | None = None,
+           cache: bool = True) -> dict[str, Any]:
     versions = {name: releases.installed(name) for name in ("torch", "deepspeed", "accelerate", "transformers")}
     deepspeed, accelerate = versions["deepspeed"], versions["accelerate"]
     active = activation(python_flags)
     section = config_section(deepspeed=deepspeed, **config_args) if config_args else None
     notes: list[str] = []
-    probed = _probed_build(deepspeed, notes)
+    probed = _probed_build(deepspeed, notes, cache)
     state, line = decide(versions, active, section, probed)
     problems = []
     bad_value = env_problem()
@@ -117,11 +118,12 @@ def report(config_args: dict[str, Any] | None = None, python_flags: list[str] | 
     return data
 
 
-def _probed_build(deepspeed: str | None, notes: list[str]) -> dict[str, Any] | None:
+def _probed_build(deepspeed: str | None, notes: list[str], cache: bool = True) -> dict[str, Any] | None:
     """What the installed build's scheduler classes do (probe_build.py), with a note where that is not what the table
     says of its number; None where nothing is patched (no DeepSpeed, or older than the table). Every build is asked,
-    a plain release number too: a tree numbered 0.16.0 may carry another release's code."""
-    probed = probe_build.installed(deepspeed)
+    a plain release number too: a tree numbered 0.16.0 may carry another release's code (the answer kept for this
+    very code where there is one: probe_cache.py; not without ``cache``)."""
+    probed = probe_build.installed(deepspeed, cache)
     if deepspeed is None or probed is None:
         return None
     number = releases.release_number(deepspeed)
@@ -142,9 +144,9 @@ def _probed_build(deepspeed: str | None, notes: list[str]) -> dict[str, Any] | N
 
 
 def main(as_json: bool = False, strict: bool = False, verbose: bool = False,
-         config_args: dict[str, Any] | None = None, python_flags: list[str] | None = None) -> int:
+         config_args: dict[str, Any] | None = None, python_flags: list[str] | None = None, cache: bool = True) -> int:
     try:
-        data = report(config_args, python_flags)
+        data = report(config_args, python_flags, cache)
     except doctor_config.ConfigError as error:
         print(f"accelerate-warmup-patch doctor: error: {error}", file=sys.stderr)
         return 2

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from .. import releases, settings, upstream
-from . import arming, child, job_python, probe_build
+from . import arming, child, job_python, probe_build, probe_cache
 
 # the child: the package is in it only if the .pth or sitecustomize imported it (never this code)
 _LIVE = f"""
@@ -31,14 +31,14 @@ print({child.RESULT!r} + json.dumps({{"imported": imported, "status": package.st
 """
 
 
-def would(flags: list[str] | None = None) -> dict[str, Any]:
+def would(flags: list[str] | None = None, cache: bool = True) -> dict[str, Any]:
     """The mode and the arming of a new process of this environment (``python FLAGS``, asked of such an
     interpreter, as are the other interpreters); the verdicts of what the build's classes do (the table's where the
-    probe failed)."""
+    probe failed; the answer kept for this very code where there is one, unless not ``cache``)."""
     active = arming.activation(flags)
     deepspeed = releases.installed("deepspeed")
     armed = bool(active["active_at_start_up"])
-    probed = probe_build.installed(deepspeed)
+    probed = probe_build.installed(deepspeed, cache)
     verdicts = upstream.verdicts(deepspeed) if deepspeed else {}
     return {
         "source": "a new process of this environment (nothing imported)",
@@ -131,6 +131,8 @@ def print_text(data: dict[str, Any]) -> None:
     elif probed and deepspeed and releases.not_the_release(deepspeed) is not None:
         print(f"  DeepSpeed {deepspeed} is {releases.not_the_release(deepspeed)}: these verdicts are what its "
               "scheduler classes were probed to do")
+    if probed and "answered" in probed:
+        print(f"  the build's classes: {probe_cache.said(probed)}")
     if probed and probed.get("differs_from_table"):
         differs = "; ".join(probed["differs_from_table"])
         print(f"  probed: its scheduler classes do otherwise than the table says of its number: {differs}")
