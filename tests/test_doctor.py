@@ -289,9 +289,10 @@ def test_config_says_on_stderr_what_it_computes_and_json_stays_json(tmp_path):
     lines = proc.stderr.splitlines()
     computing = ("computing the lrs of steps 0-3 with DeepSpeed's own WarmupLR (a new interpreter imports torch and "
                  "DeepSpeed) ...")
+    # the build's probe says so too where it runs (the session's cache may hold its answer: tests/test_builds.py)
     probing = f"probing DeepSpeed {installed('deepspeed')}'s scheduler classes (a new interpreter imports torch and " \
               "DeepSpeed) ..."
-    assert lines[0] == computing and probing in lines, proc.stderr
+    assert lines[0] == computing, proc.stderr
     assert all(line in (computing, probing) or line.startswith("  still ") for line in lines), proc.stderr
 
 
