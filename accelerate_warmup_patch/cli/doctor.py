@@ -1,9 +1,9 @@
 """``doctor``: what is installed, what its scheduler classes do, and whether the patch would run.
 
 Reads package metadata and files, asks child interpreters whether the switch arms them (a few tenths of a second)
-and one that imports torch and DeepSpeed what the build's scheduler classes do (``probe_build.py``, seconds: a
-number is not the code). ``--config`` computes the lrs of a user's
-scheduler in a child interpreter (``doctor_config.py``). Opens with one verdict line: the state
+and what the build's scheduler classes do (``probe_build.py``: a number is not the code), asked of a child that
+imports torch and DeepSpeed once per build's code, then kept for it (``probe_cache.py``). ``--config`` computes the
+lrs of a user's scheduler in a child interpreter (``doctor_config.py``). Opens with one verdict line: the state
 (``doctor_states.py``); which interpreters the switch reaches is ``arming.py``'s, the text ``doctor_text.py``'s.
 """
 
