@@ -37,7 +37,7 @@ BROKEN_PIPE = 141
 DOCTOR = """\
 Opens with one verdict line (the state), then the details: installed versions, the word per
 scheduler class of what its code does (a number is not the code: a child imports torch and
-deepspeed and asks the build's classes, 7-10 s, once per build; the answer is kept for that very
+deepspeed and asks the build's classes, 3-10 s, once per build; the answer is kept for that very
 lr_schedules.py, by its sha256, and the next doctor or status reuses it, saying so), how a new
 process of this environment would be armed, and whether the multi-node launcher would carry the
 switch; which interpreters (python, -I, -E, -s, -S, and --python-flags) the switch reaches, asked
@@ -63,7 +63,7 @@ shared-memory comm op, which a single training process never uses."""
 STATUS = """\
 Without options: what a process started with this environment would do (the environment variable,
 the .pth, sitecustomize), which interpreters the switch reaches, asked of each, and what the
-build's scheduler classes do (asked as doctor asks them: 7-10 s once per build, then the answer
+build's scheduler classes do (asked as doctor asks them: 3-10 s once per build, then the answer
 kept for its very code). --live starts such a process, imports deepspeed and accelerate in it
 (5-15 s, said on stderr while it runs), and prints its status(): mode, wrappers, verdicts."""
 AUDIT = f"""\
@@ -84,7 +84,7 @@ written whole, then the partial summary (exit 130 / 143)."""
 
 PYTHON_FLAGS = ("the job's own interpreter flags, as one word with '=' (--python-flags=-S, --python-flags='-X dev'): "
                 "the answer is for `python FLAGS train.py`, asked of such an interpreter")
-NO_CACHE = ("ask the build's scheduler classes anew (7-10 s), neither reading nor writing the answers kept for each "
+NO_CACHE = ("ask the build's scheduler classes anew (3-10 s), neither reading nor writing the answers kept for each "
             "build's code in $XDG_CACHE_HOME/accelerate-warmup-patch (~/.cache)")
 # Why this module knows CPython's option grammar: the answer for `python FLAGS train.py` comes from a child run
 # as `python FLAGS -c CODE`. A letter that takes a value but lacks it would take our -c as its value, and -c or -m

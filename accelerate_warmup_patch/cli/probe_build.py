@@ -1,5 +1,5 @@
 """``doctor`` and ``status`` on any DeepSpeed build: what its scheduler classes do, asked in a child interpreter that
-imports deepspeed (7-10 s), as a patched process asks them (probe.py). A number is not the code: a local part, a dev
+imports deepspeed (3-10 s), as a patched process asks them (probe.py). A number is not the code: a local part, a dev
 suffix or a tree numbered plainly ``0.16.0`` that carries another release's code all say too little. The answer is
 kept for the very code it asked (probe_cache.py), so that the next call with the same build answers at once."""
 

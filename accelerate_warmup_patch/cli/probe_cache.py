@@ -1,5 +1,5 @@
 """The probe's answers kept on disk, each for exactly the code it asked, so that ``doctor`` and ``status`` pay the
-child that imports torch and DeepSpeed (probe_build.py, 7-10 s) once per build, not once per call.
+child that imports torch and DeepSpeed (probe_build.py, 3-10 s) once per build, not once per call.
 
 What the probe's answer depends on is the code it runs: the build's ``deepspeed/runtime/lr_schedules.py`` (which
 imports only torch's Optimizer and DeepSpeed's logger, read @ v0.15.2 and v0.19.8), torch, Python, and this package's
