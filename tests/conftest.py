@@ -70,6 +70,9 @@ def _temp_files_in_pytests_own_folder(tmp_path_factory: pytest.TempPathFactory) 
     # child process forgets; pytest keeps only its last three base folders
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TMPDIR", str(tmp_path_factory.mktemp("tmp")))
+        # doctor's and status's kept answers (cli/probe_cache.py): one cache for the session, so that the many tests
+        # that run either command probe each build once, and none reads or writes the user's ~/.cache
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
         yield
 
 

@@ -45,10 +45,14 @@ def patched(spec: Spec) -> Spec:
     return replace(spec, patch="before")
 
 
-def command(build: Path, folder: Path, *args: str) -> str:
+def run_command(build: Path, folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``python -m accelerate_warmup_patch ARGS`` in an environment whose installed DeepSpeed is the build."""
-    proc = subprocess.run([sys.executable, "-m", "accelerate_warmup_patch", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "accelerate_warmup_patch", *args], capture_output=True,
                           text=True, timeout=600, cwd=folder, env={**os.environ, **builds.env(build)})
+
+
+def command(build: Path, folder: Path, *args: str) -> str:
+    proc = run_command(build, folder, *args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
@@ -89,6 +93,52 @@ def test_a_build_between_releases_before_their_fix_is_fixed_and_said_to_differ(t
     assert "WarmupLR start" in found["probed"]["lacks"] and found["verdicts"]["WarmupLR"] == "affected"
     assert any("is a build, not the release 0.15.3" in note for note in found["notes"]), found["notes"]
     assert "DeepSpeed 0.15.3+g7f8e2a1 is a build, not the release 0.15.3" in command(build, tmp_path, "status")
+
+
+PROBING = "probing DeepSpeed {}'s scheduler classes"
+
+
+def test_a_tree_numbered_plainly_as_a_fixed_release_is_probed_by_doctor_and_status(tmp_path: Path) -> None:
+    """0.15.2's code numbered plainly 0.16.0 (a tree whose version file was bumped before the fix merged): a number
+    with no local part hides the code as well. doctor and status ask the classes, so WarmupLR is affected and
+    --strict fails (they called it "fixed upstream" from the number, and --strict passed). The answer is kept for
+    that very lr_schedules.py: the next doctor and status answer from it, and say so, with no child."""
+    build = builds.make(tmp_path / "build", "0.16.0")
+    first = run_command(build, tmp_path, "doctor", "--json")
+    found = json.loads(first.stdout)
+    assert found["versions"]["deepspeed"] == "0.16.0" and found["state"] == "affected-not-active", found
+    assert found["verdicts"]["WarmupLR"] == "affected" and found["strict_fails"], found
+    assert "WarmupLR start" in found["probed"]["lacks"], found["probed"]
+    assert any("WarmupLR start (#6597): the build lacks it" in note for note in found["notes"]), found["notes"]
+    answered = found["probed"]["answered"]
+    assert answered["how"] == "probed" and answered["cache"] and PROBING.format("0.16.0") in first.stderr, answered
+    assert answered["file"] == str(build.joinpath(*builds.SCHEDULES).resolve()), answered
+    strict = run_command(build, tmp_path, "doctor", "--strict")
+    assert strict.returncode == 1 and "--strict: exit 1 (state affected-not-active)" in strict.stdout, strict.stdout
+    assert "WarmupLR        affected" in strict.stdout and PROBING.format("0.16.0") not in strict.stderr
+    assert f"answered from the cache: probed at {answered['probed_at']} for this very file (lr_schedules.py sha256 " \
+           f"{answered['sha256'][:12]}" in strict.stdout, strict.stdout
+    status = run_command(build, tmp_path, "status", "--json")
+    said = json.loads(status.stdout)
+    assert said["verdicts"]["WarmupLR"] == "affected" and said["probed"]["answered"]["how"] == "kept", said
+    assert PROBING.format("0.16.0") not in status.stderr
+
+
+def test_an_edited_lr_schedules_is_probed_again(tmp_path: Path) -> None:
+    """A kept answer is for those bytes alone: the same tree with WarmupLR's start fix written into its
+    lr_schedules.py (same number, same path) is probed again, and its new answer kept for its new bytes."""
+    build = builds.make(tmp_path / "build", "0.16.0")
+    before = doctor(build, tmp_path)["probed"]
+    assert "WarmupLR start" in before["lacks"] and before["answered"]["how"] == "probed", before
+    schedules = build.joinpath(*builds.SCHEDULES)
+    schedules.write_text(builds.warmup_start_fix(schedules.read_text()))
+    after = doctor(build, tmp_path)
+    assert "WarmupLR start" not in after["probed"]["lacks"] and after["verdicts"]["WarmupLR"] != "affected", after
+    assert after["probed"]["answered"]["how"] == "probed", after["probed"]
+    assert after["probed"]["answered"]["sha256"] != before["answered"]["sha256"]
+    again = doctor(build, tmp_path)["probed"]
+    assert again["answered"]["how"] == "kept" and again["answered"]["sha256"] == after["probed"]["answered"]["sha256"]
+    assert again["lacks"] == after["probed"]["lacks"]
 
 
 def test_a_cherry_picked_fix_is_not_applied_twice_and_the_rest_is_backported(tmp_path: Path) -> None:

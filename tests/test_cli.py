@@ -293,16 +293,22 @@ DOCTOR_SCHEMA = {
                    "why_not", "interpreters", "probed_with"},
     "multinode": {"carries", "why", "runners"},
 }
+# on every DeepSpeed the table supports: what the build's classes do, and where that answer comes from
+PROBED = {"deepspeed", "lacks", "lacks_changes", "differs_from_table", "step_lr", "verdicts", "vendor", "answered"}
+ANSWERED = {"how", "file", "sha256", "probed_at", "cache", "not_kept"}
 
 
 def test_doctor_json_has_the_documented_schema():
     data = json.loads(_cli("doctor", "--json").stdout)
     assert data["schema"] == 3
     for key, wanted in DOCTOR_SCHEMA.items():
-        assert set(data[key] if key else data) == wanted, key
+        assert set(data[key] if key else data) - ({"probed"} if not key else set()) == wanted, key
+    if installed("deepspeed") is not None:
+        assert set(data["probed"]) == PROBED and set(data["probed"]["answered"]) == ANSWERED, data["probed"]
     documented = (Path(__file__).parent.parent / "docs" / "doctor.md").read_text()
-    for keys in DOCTOR_SCHEMA.values():
+    for keys in (*DOCTOR_SCHEMA.values(), {"probed"}):
         assert all(f"| `{k}` |" in documented for k in keys)
+    assert all(f"`{k}`" in documented for k in PROBED | ANSWERED)
 
 
 @pytest.mark.usefixtures("deepspeed")

@@ -2,7 +2,8 @@
 
 No image registry is reachable, so the training image is made here: a Debian base that debootstrap makes (from the
 mirror this machine's apt uses) once per machine and buildah keeps in its storage (about 75 s; later runs reuse it),
-then a venv first on its PATH holding DeepSpeed 0.15.2's metadata (doctor reads metadata and imports nothing: a real
+then a venv first on its PATH holding DeepSpeed 0.15.2's metadata (doctor reads the metadata, and its probe of the
+scheduler classes finds no deepspeed to import, says so, and leaves the verdicts to the table's for the number: a real
 DeepSpeed would add gigabytes and minutes to nothing the recipe does). The recipe's wheel folder is made by the docs'
 own line; the build runs with no network at all (``unshare -n``), so an install that needed an index would fail.
 

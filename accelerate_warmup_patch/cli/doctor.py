@@ -1,9 +1,9 @@
-"""``doctor``: what is installed, what the guard table says of it, and whether the patch would run.
+"""``doctor``: what is installed, what its scheduler classes do, and whether the patch would run.
 
-Reads package metadata and files, and asks child interpreters whether the switch arms them (a few tenths
-of a second): it imports neither torch, deepspeed nor accelerate, so it
-is fast enough for an image build step (``doctor --strict``). ``--config`` computes the lrs of a user's
-scheduler in a child interpreter (``doctor_config.py``). Opens with one verdict line: the state
+Reads package metadata and files, asks child interpreters whether the switch arms them (a few tenths of a second)
+and what the build's scheduler classes do (``probe_build.py``: a number is not the code), asked of a child that
+imports torch and DeepSpeed once per build's code, then kept for it (``probe_cache.py``). ``--config`` computes the
+lrs of a user's scheduler in a child interpreter (``doctor_config.py``). Opens with one verdict line: the state
 (``doctor_states.py``); which interpreters the switch reaches is ``arming.py``'s, the text ``doctor_text.py``'s.
 """
 
@@ -83,13 +83,14 @@ def config_section(path: str, lr: float | None, group_lrs: list[float] | None, s
     return section
 
 
-def report(config_args: dict[str, Any] | None = None, python_flags: list[str] | None = None) -> dict[str, Any]:
+def report(config_args: dict[str, Any] | None = None, python_flags: list[str] | None = None,
+           cache: bool = True) -> dict[str, Any]:
     versions = {name: releases.installed(name) for name in ("torch", "deepspeed", "accelerate", "transformers")}
     deepspeed, accelerate = versions["deepspeed"], versions["accelerate"]
     active = activation(python_flags)
     section = config_section(deepspeed=deepspeed, **config_args) if config_args else None
     notes: list[str] = []
-    probed = _probed_build(deepspeed, notes)
+    probed = _probed_build(deepspeed, notes, cache)
     state, line = decide(versions, active, section, probed)
     problems = []
     bad_value = env_problem()
@@ -112,36 +113,40 @@ def report(config_args: dict[str, Any] | None = None, python_flags: list[str] | 
             "multinode": multinode(deepspeed, active), "config": section, "problems": problems, "notes": notes,
             "package": releases.installed("accelerate-warmup-patch"), "python": sys.version.split()[0],
             "interpreter": job_python.describe()}  # a key added within schema 3: which Python answered
-    if probed is not None:  # a build, not a release: a key added within schema 3
+    if probed is not None:  # a key added within schema 3 (on every supported DeepSpeed since 0.8.0)
         data["probed"] = probed
     return data
 
 
-def _probed_build(deepspeed: str | None, notes: list[str]) -> dict[str, Any] | None:
-    """On a build that is not a release: what its scheduler classes do (probe_build.py), with a note on it; None on a
-    release, whose number the table answers for."""
-    what = releases.not_the_release(deepspeed) if deepspeed is not None else None
-    if deepspeed is None or what is None:
+def _probed_build(deepspeed: str | None, notes: list[str], cache: bool = True) -> dict[str, Any] | None:
+    """What the installed build's scheduler classes do (probe_build.py), with a note where that is not what the table
+    says of its number; None where nothing is patched (no DeepSpeed, or older than the table). Every build is asked,
+    a plain release number too: a tree numbered 0.16.0 may carry another release's code (the answer kept for this
+    very code where there is one: probe_cache.py; not without ``cache``)."""
+    probed = probe_build.installed(deepspeed, cache)
+    if deepspeed is None or probed is None:
         return None
     number = releases.release_number(deepspeed)
-    probed = probe_build.probe(deepspeed)
+    what = releases.not_the_release(deepspeed)
+    subject = f"DeepSpeed {deepspeed}" + (f" is {what}" if what else "")
     if "error" in probed:
-        notes.append(f"DeepSpeed {deepspeed} is {what}, and probing its scheduler classes "
-                     f"failed ({probed['error']}): the verdicts are the table's for {number}")
+        notes.append(f"{subject}; probing its scheduler classes failed ({probed['error']}): the verdicts are the "
+                     f"table's for {number}")
         return probed
+    if what is None and not probed["differs_from_table"]:
+        return probed  # a release that does what the table says of it: nothing to add
     differs = "; ".join(probed["differs_from_table"]) or "nothing"
     lacks = ", ".join(probed["lacks_changes"]) or "no backported change"
-    notes.append(f"DeepSpeed {deepspeed} is {what}"
-                 + (f" ({probed['vendor']})" if probed["vendor"] else "")
+    notes.append(subject + (f" ({probed['vendor']})" if probed["vendor"] else "")
                  + f": probed, its scheduler classes lack {lacks}; where they differ from what the table says of "
                  f"{number}: {differs}. A patched process acts on what they do; the verdicts below are the probe's")
     return probed
 
 
 def main(as_json: bool = False, strict: bool = False, verbose: bool = False,
-         config_args: dict[str, Any] | None = None, python_flags: list[str] | None = None) -> int:
+         config_args: dict[str, Any] | None = None, python_flags: list[str] | None = None, cache: bool = True) -> int:
     try:
-        data = report(config_args, python_flags)
+        data = report(config_args, python_flags, cache)
     except doctor_config.ConfigError as error:
         print(f"accelerate-warmup-patch doctor: error: {error}", file=sys.stderr)
         return 2

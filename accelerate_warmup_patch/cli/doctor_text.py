@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import releases, settings
-from . import job_python
+from . import job_python, probe_cache
 from .arming import reach_line
 
 
@@ -31,6 +31,9 @@ def print_text(data: dict[str, Any], verbose: bool) -> None:
         print(f"DeepSpeed {data['versions']['deepspeed']}, per scheduler class:")
         for name, verdict in data["verdicts"].items():
             print(f"  {name:15s} {verdict}")
+    asked = data.get("probed") or {}
+    if "answered" in asked:  # what the build's code was seen to do: asked now, or kept for this very file
+        print(f"  the build's classes: {probe_cache.said(asked)}")
     active = data["activation"]
     print(f"A new process ({active['python']}): {_armed(active)}")
     print(f"Interpreters (each asked): {reach_line(active)}")

@@ -35,11 +35,13 @@ exit codes:
 BROKEN_PIPE = 141
 
 DOCTOR = """\
-Opens with one verdict line (the state), then the details: installed versions, the guard table's
-word per scheduler class, how a new process of this environment would be armed, and whether the
-multi-node launcher would carry the switch; which interpreters (python, -I, -E, -s, -S, and
---python-flags) the switch reaches, asked of each. Without --config it imports neither torch nor
-deepspeed. --config reads your DeepSpeed config (or a TrainingArguments JSON / accelerate YAML
+Opens with one verdict line (the state), then the details: installed versions, the word per
+scheduler class of what its code does (a number is not the code: a child imports torch and
+deepspeed and asks the build's classes, 3-10 s, once per build; the answer is kept for that very
+lr_schedules.py, by its sha256, and the next doctor or status reuses it, saying so), how a new
+process of this environment would be armed, and whether the multi-node launcher would carry the
+switch; which interpreters (python, -I, -E, -s, -S, and --python-flags) the switch reaches, asked
+of each. --config reads your DeepSpeed config (or a TrainingArguments JSON / accelerate YAML
 that names one) and prints the lr optimizer steps 0-3 use, unpatched and patched, computed with
 the installed release's own scheduler class on a throwaway optimizer (no model, no training), in
 a child interpreter that imports torch and DeepSpeed: 5-15 s, said on stderr while it runs."""
@@ -60,9 +62,10 @@ Each run imports them (5-15 s; said on stderr while it runs); neither builds Dee
 shared-memory comm op, which a single training process never uses."""
 STATUS = """\
 Without options: what a process started with this environment would do (the environment variable,
-the .pth, sitecustomize) and which interpreters the switch reaches, asked of each, without importing
-torch or deepspeed. --live starts such a process, imports deepspeed and accelerate in it (5-15 s,
-said on stderr while it runs), and prints its status(): mode, wrappers, verdicts."""
+the .pth, sitecustomize), which interpreters the switch reaches, asked of each, and what the
+build's scheduler classes do (asked as doctor asks them: 3-10 s once per build, then the answer
+kept for its very code). --live starts such a process, imports deepspeed and accelerate in it
+(5-15 s, said on stderr while it runs), and prints its status(): mode, wrappers, verdicts."""
 AUDIT = f"""\
 Reads the DeepSpeed checkpoints of finished runs (each PATH: a checkpoint folder with `latest`, one tag
 folder, a Trainer output folder, or a folder of many runs, searched) and says per run, from its newest
@@ -81,6 +84,8 @@ written whole, then the partial summary (exit 130 / 143)."""
 
 PYTHON_FLAGS = ("the job's own interpreter flags, as one word with '=' (--python-flags=-S, --python-flags='-X dev'): "
                 "the answer is for `python FLAGS train.py`, asked of such an interpreter")
+NO_CACHE = ("ask the build's scheduler classes anew (3-10 s), neither reading nor writing the answers kept for each "
+            "build's code in $XDG_CACHE_HOME/accelerate-warmup-patch (~/.cache)")
 # Why this module knows CPython's option grammar: the answer for `python FLAGS train.py` comes from a child run
 # as `python FLAGS -c CODE`. A letter that takes a value but lacks it would take our -c as its value, and -c or -m
 # inside a group of letters would run something else; either way the child answers for another program, and a
@@ -121,6 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                         help="a scheduler param, where the config says \"auto\" (e.g. warmup_num_steps=100)")
     doctor.add_argument("--python-flags", metavar="FLAGS", default="", help=PYTHON_FLAGS)
+    doctor.add_argument("--no-cache", action="store_true", help=NO_CACHE)
     demo = commands.add_parser("demo", help="check this node: the installed DeepSpeed, unpatched and patched",
                                description=DEMO, formatter_class=raw)
     demo.add_argument("-v", "--verbose", action="store_true", help="show DeepSpeed's own output (on stderr)")
@@ -130,6 +136,7 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="one JSON object on stdout")
     status.add_argument("--live", action="store_true", help="start such a process, import deepspeed in it, report")
     status.add_argument("--python-flags", metavar="FLAGS", default="", help=PYTHON_FLAGS)
+    status.add_argument("--no-cache", action="store_true", help=NO_CACHE)
     audit = commands.add_parser("audit", help="were finished runs hurt? reads their DeepSpeed checkpoints",
                                 description=AUDIT, formatter_class=raw)
     audit.add_argument("paths", metavar="PATH", nargs="+",
@@ -242,8 +249,8 @@ def _run(argv: list[str] | None) -> int:
 
         config_args = _config_args(parser, args) if args.config else None
         return doctor_module.main(as_json=args.json, strict=args.strict, verbose=args.verbose,
-                                  config_args=config_args, python_flags=flags)
-    return _status(args.json, args.live, flags)
+                                  config_args=config_args, python_flags=flags, cache=not args.no_cache)
+    return _status(args.json, args.live, flags, cache=not args.no_cache)
 
 
 def _python_flags(parser: argparse.ArgumentParser, raw: str) -> list[str]:
@@ -299,10 +306,10 @@ def _config_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> d
     return {"path": args.config, "lr": args.lr, "group_lrs": group_lrs, "sets": sets}
 
 
-def _status(as_json: bool, live: bool, flags: list[str]) -> int:
+def _status(as_json: bool, live: bool, flags: list[str], cache: bool) -> int:
     from . import status_report
 
-    data = status_report.live(flags) if live else status_report.would(flags)
+    data = status_report.live(flags) if live else status_report.would(flags, cache)
     if as_json:
         print(json.dumps(data, indent=2))
     else:

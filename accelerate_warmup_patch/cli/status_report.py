@@ -1,9 +1,10 @@
 """``status``: what a process started with this environment would do, never what this command's import did.
 
 ``would()`` asks child interpreters of this environment (``python``, ``-I``, ``-E``, ``-s``, ``-S`` and the
-job's own flags) whether the switch armed them (``arming.py``, as doctor's activation section does), and imports neither
-torch nor deepspeed. ``live()`` starts such a process, lets it import deepspeed and
-accelerate, and returns its own ``status()`` (or says that nothing armed it).
+job's own flags) whether the switch armed them (``arming.py``, as doctor's activation section does), and asks one
+more child what the installed build's scheduler classes do (``probe_build.py``, seconds: a number is not the code).
+``live()`` starts such a process, lets it import deepspeed and accelerate, and returns its own ``status()`` (or says
+that nothing armed it).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 from typing import Any
 
 from .. import releases, settings, upstream
-from . import arming, child, job_python
+from . import arming, child, job_python, probe_build, probe_cache
 
 # the child: the package is in it only if the .pth or sitecustomize imported it (never this code)
 _LIVE = f"""
@@ -30,12 +31,15 @@ print({child.RESULT!r} + json.dumps({{"imported": imported, "status": package.st
 """
 
 
-def would(flags: list[str] | None = None) -> dict[str, Any]:
+def would(flags: list[str] | None = None, cache: bool = True) -> dict[str, Any]:
     """The mode and the arming of a new process of this environment (``python FLAGS``, asked of such an
-    interpreter, as are the other interpreters); the table's verdicts from metadata."""
+    interpreter, as are the other interpreters); the verdicts of what the build's classes do (the table's where the
+    probe failed; the answer kept for this very code where there is one, unless not ``cache``)."""
     active = arming.activation(flags)
     deepspeed = releases.installed("deepspeed")
     armed = bool(active["active_at_start_up"])
+    probed = probe_build.installed(deepspeed, cache)
+    verdicts = upstream.verdicts(deepspeed) if deepspeed else {}
     return {
         "source": "a new process of this environment (nothing imported)",
         "python": active["python"],
@@ -51,7 +55,8 @@ def would(flags: list[str] | None = None) -> dict[str, Any]:
         "probed_with": active["probed_with"],
         "reach": arming.reach_line(active),
         "versions": {"deepspeed": deepspeed, "accelerate": releases.installed("accelerate")},
-        "verdicts": upstream.verdicts(deepspeed) if deepspeed else {},
+        "verdicts": probed["verdicts"] if probed is not None and "verdicts" in probed else verdicts,
+        "probed": probed,
     }
 
 
@@ -116,12 +121,18 @@ def print_text(data: dict[str, Any]) -> None:
     versions = data.get("versions") or (status or {}).get("versions") or {}
     if verdicts:
         print(f"  DeepSpeed {versions.get('deepspeed')}: " + ", ".join(f"{k} {v}" for k, v in verdicts.items()))
-    probed = (status or {}).get("probed")
+    probed = data.get("probed") or (status or {}).get("probed")
     deepspeed = versions.get("deepspeed")
-    if deepspeed and not probed and releases.not_the_release(deepspeed) is not None:
+    if deepspeed and (not probed or "error" in probed) and releases.deepspeed_support(
+            deepspeed) is not releases.Support.UNSUPPORTED:
         number = releases.release_number(deepspeed)
-        print(f"  DeepSpeed {deepspeed} is {releases.not_the_release(deepspeed)}: these verdicts are the table's for "
-              f"{number}; `status --live` or `doctor` asks what its scheduler classes do")
-    if probed and probed["differs_from_table"]:
+        why = f"probing its scheduler classes failed ({probed['error']})" if probed else "nothing probed it"
+        print(f"  DeepSpeed {deepspeed}: {why}: these verdicts are the table's for {number}")
+    elif probed and deepspeed and releases.not_the_release(deepspeed) is not None:
+        print(f"  DeepSpeed {deepspeed} is {releases.not_the_release(deepspeed)}: these verdicts are what its "
+              "scheduler classes were probed to do")
+    if probed and "answered" in probed:
+        print(f"  the build's classes: {probe_cache.said(probed)}")
+    if probed and probed.get("differs_from_table"):
         differs = "; ".join(probed["differs_from_table"])
         print(f"  probed: its scheduler classes do otherwise than the table says of its number: {differs}")

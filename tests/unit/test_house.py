@@ -100,7 +100,8 @@ RESERVED: dict[str, Reserved] = {
     "probe": Reserved("the probe: the installed build's scheduler classes run once on a scratch optimizer, and what "
                       "it saw (probe.py, scratch.py, installed.Probed, a unit's check; doctor's of a build)",
                       ("probe.py", "scratch.py", "installed.py", "state.py", "targets.py", "api.py", "upstream/*",
-                       "cli/probe_build.py", "cli/doctor.py", "cli/doctor_states.py", "cli/status_report.py"),
+                       "cli/probe_build.py", "cli/probe_cache.py", "cli/doctor.py", "cli/doctor_states.py",
+                       "cli/status_report.py"),
                       ("probe", "probes", "probed", "probing")),
 }
 
