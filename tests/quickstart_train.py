@@ -53,12 +53,9 @@ def main() -> int:
         rows = trainer(sys.argv[sys.argv.index("--deepspeed") + 1])
         out = Path(os.environ.get("AWP_LAUNCH_OUT", "."))
         (out / f"rank{os.environ.get('RANK', '0')}.json").write_text(json.dumps(rows))
-        import torch.distributed as dist
+        import rank_end
 
-        if dist.is_initialized():
-            dist.barrier()
-            dist.destroy_process_group()  # CPU DeepSpeed can abort at exit without it
-        return 0
+        rank_end.end_rank()  # CPU DeepSpeed can abort in the interpreter's teardown (tests/rank_end.py)
     import launched
 
     if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":  # set by accelerate launch

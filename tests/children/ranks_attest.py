@@ -8,6 +8,7 @@ import gc
 import json
 import os
 import sys
+from pathlib import Path
 
 import accelerate_warmup_patch
 
@@ -28,6 +29,9 @@ def arm(mode: str | None) -> None:
 arm("reset" if RANK == 0 else None)
 import deepspeed  # after the arming: the patch's hooks fire at this import
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: how a rank ends
+from rank_end import end_rank
 
 
 def run(zero: int, save_to: str) -> list[float]:
@@ -57,5 +61,4 @@ for case, (zero, mode) in CASES.items():
     gc.collect()
 with open(os.path.join(OUT, f"rank{RANK}.json"), "w") as out:
     json.dump(truth, out)
-torch.distributed.barrier()
-torch.distributed.destroy_process_group()  # CPU DeepSpeed can abort at exit without it
+end_rank()  # tests/rank_end.py: CPU DeepSpeed can abort in the interpreter's teardown

@@ -10,10 +10,14 @@ import json
 import os
 import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
 import deepspeed
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: how a rank ends
+from rank_end import end_rank
 
 OUT, NAME = sys.argv[1], sys.argv[2]
 OTHER = sys.argv[3] if len(sys.argv) > 3 else None
@@ -53,5 +57,4 @@ if OTHER is not None and os.environ["RANK"] == "1":
 engine.save_checkpoint(save_dir, tag="ckpt")
 with open(os.path.join(save_dir, f"rank{os.environ['RANK']}.json"), "w") as out:
     json.dump(used, out)
-torch.distributed.barrier()
-torch.distributed.destroy_process_group()  # CPU DeepSpeed can abort at exit without it
+end_rank()  # tests/rank_end.py: CPU DeepSpeed can abort in the interpreter's teardown

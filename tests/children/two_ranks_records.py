@@ -7,9 +7,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import deepspeed
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: how a rank ends
+from rank_end import end_rank
 
 OUT = sys.argv[1]
 CONFIG = {"train_micro_batch_size_per_gpu": 2, "steps_per_print": 10_000,
@@ -39,5 +43,4 @@ first = train(2, None, os.path.join(OUT, "run"))
 second = train(1, os.path.join(OUT, "run"), os.path.join(OUT, "resumed"))
 with open(os.path.join(OUT, f"rank{os.environ['RANK']}.json"), "w") as out:
     json.dump({"run": first, "resumed": second}, out)
-torch.distributed.barrier()
-torch.distributed.destroy_process_group()  # CPU DeepSpeed can abort at exit without it (seen here on 0.19.8)
+end_rank()  # tests/rank_end.py: CPU DeepSpeed can abort in the interpreter's teardown
