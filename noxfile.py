@@ -53,13 +53,15 @@ def _find_links() -> list[str]:
 
 
 def _install_stack(session: nox.Session, deepspeed: str, accelerate: str = tiers.TEST_ACCELERATE,
-                   this: str = "-e .") -> None:
-    """torch, DeepSpeed, accelerate, transformers; then this package (``this``: editable, or a built wheel)."""
+                   this: str = "-e .", transformers: bool = True) -> None:
+    """torch, DeepSpeed, accelerate, transformers (unless told not to); then this package (``this``: editable, or a
+    built wheel)."""
     links = _find_links()
+    pins = _accelerate_pins(accelerate) if transformers else [f"accelerate=={accelerate}"]
     # torch first and pinned: DeepSpeed imports it while building, and a floating torch is a CUDA build
     session.install(*links, f"torch=={tiers.TEST_TORCH}", "numpy", "setuptools")
     session.install(*links, "--no-build-isolation-package", "deepspeed", f"torch=={tiers.TEST_TORCH}",
-                    f"deepspeed=={deepspeed}", *_accelerate_pins(accelerate))
+                    f"deepspeed=={deepspeed}", *pins)
     session.install(*this.split())
     _own_op_folder(session)
     _require_deepspeed(session)
@@ -152,20 +154,36 @@ def unit(session: nox.Session) -> None:
 @nox.session(python="3.11")
 @nox.parametrize("deepspeed", list(tiers.TEST_DEEPSPEED))
 def tests(session: nox.Session, deepspeed: str) -> None:
-    """The suite on real CPU engines with one DeepSpeed release."""
-    _install_stack(session, deepspeed)
+    """The suite on real CPU engines with one DeepSpeed release, in two passes: every test that does not need
+    transformers without it installed, then transformers and the tests marked `transformers` (tests/tiers.py,
+    TRANSFORMERS_TESTS, says why). Files named after `--` run as named, in one pass, transformers installed."""
+    _install_stack(session, deepspeed, transformers=bool(session.posargs))
     _own_ports(session, "tests", tiers.TEST_DEEPSPEED.index(deepspeed))
     # fsspec, s3fs and moto's server: tests/test_audit_store.py audits a bucket of a local S3 server
     session.install("pytest", "matplotlib", "fsspec", "s3fs", "moto[server]")
     _install_oracle(session, deepspeed)
+    pytest = ["pytest", "-q", "-p", "no:cacheprovider", "--durations=8"]
+    if session.posargs:
+        session.run(*pytest, *session.posargs, env={"PYTHONUNBUFFERED": "1"})
+        return
     # the machinery's modules run on the buggy release alone (tiers.ONE_RELEASE_TESTS says why, per module);
-    # files named after `--` run as named
-    once = [] if session.posargs or deepspeed == tiers.TEST_DEEPSPEED[0] else \
-        [f"--ignore={module}" for module in tiers.ONE_RELEASE_TESTS]
     # the unit tier needs neither torch nor DeepSpeed: `unit` runs it once, not once more per release here
-    units = [] if session.posargs else ["--ignore=tests/unit"]
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "--durations=8", *once, *units, *session.posargs,
-                env={"PYTHONUNBUFFERED": "1"})
+    once = () if deepspeed == tiers.TEST_DEEPSPEED[0] else tuple(tiers.ONE_RELEASE_TESTS)
+    ignored = [f"--ignore={path}" for path in ("tests/unit", *once)]
+    # a reused venv has transformers from its last second pass (with --no-install, `nox -R`, both passes keep it)
+    session.run_install("uv", "pip", "uninstall", "--python", str(Path(session.bin, "python")), "transformers",
+                        external=True)
+    failed = []
+    for marker, what in (("not transformers", "the first pass (no transformers)"),
+                         ("transformers", "the second pass (transformers installed)")):
+        if marker == "transformers":
+            session.install(*_find_links(), f"torch=={tiers.TEST_TORCH}", *_accelerate_pins(tiers.TEST_ACCELERATE))
+        try:
+            session.run(*pytest, *ignored, "-m", marker, env={"PYTHONUNBUFFERED": "1"})
+        except nox.command.CommandFailed:
+            failed.append(what)  # the other pass runs all the same: one run shows both
+    if failed:
+        session.error(f"tests on DeepSpeed {deepspeed} failed in {' and '.join(failed)}")
 
 
 @nox.session(python="3.11")

@@ -86,12 +86,15 @@ def finish(run: Run) -> None:
 
 
 def summary_line(run: Run) -> str:
-    """The last line of the session's log that sums it up: pytest's, else nox's."""
+    """What sums the session up: each of its pytest runs' closing line (the suite runs in two passes), else nox's
+    last."""
     lines = run.log.read_text(errors="replace").splitlines()
-    for pattern in (PYTEST_SUMMARY, NOX_SUMMARY):
-        found = [line.strip(" =") for line in lines if pattern.search(line)]
-        if found:
-            return found[-1]
+    found = [line.strip(" =") for line in lines if PYTEST_SUMMARY.search(line)]
+    if found:
+        return "; ".join(found)
+    found = [line.strip(" =") for line in lines if NOX_SUMMARY.search(line)]
+    if found:
+        return found[-1]
     return "(no summary line in its log)"
 
 

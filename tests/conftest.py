@@ -26,6 +26,16 @@ _FROM_HARNESS = ("GOLDEN", "Ran", "Spec", "run_specs")
 REQUIRE = "AWP_REQUIRE_DEEPSPEED"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test of a module tiers.TRANSFORMERS_TESTS names needs transformers: it gets the marker the tests that need
+    it elsewhere carry one by one (`nox -s tests` runs them in its second pass)."""
+    import tiers
+
+    for item in items:
+        if f"tests/{item.path.name}" in tiers.TRANSFORMERS_TESTS:
+            item.add_marker(pytest.mark.transformers)
+
+
 def __getattr__(name: str) -> Any:
     """``from conftest import Spec``: the harness's names, imported when a real-engine module asks for them."""
     if name in _FROM_HARNESS:

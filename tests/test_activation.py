@@ -112,6 +112,7 @@ def test_armed_by_the_pth_then_import_deepspeed_fixes_the_trajectory():
     assert ran.data["status"]["applied_by"] == [".pth"]
 
 
+@pytest.mark.transformers  # accelerate's DeepSpeed road reads transformers' version (tests/tiers.py)
 @pytest.mark.usefixtures("deepspeed")
 def test_armed_by_the_pth_then_import_accelerate_fixes_the_trajectory():
     spec = Spec(path="accelerate")

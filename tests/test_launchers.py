@@ -52,6 +52,7 @@ def test_torchrun_two_cpu_ranks(tmp_path):
     _check(_launch(quickstart.command(line, SCRIPT, at), at, tmp_path))
 
 
+@pytest.mark.transformers  # accelerate's DeepSpeed road reads transformers' version (tests/tiers.py)
 def test_accelerate_launch_two_cpu_ranks(tmp_path):
     line, at = quickstart.line("accelerate launch "), port(ports.LAUNCH_ACCELERATE)
     _check(_launch(quickstart.command(line, SCRIPT, at), at, tmp_path))
@@ -64,6 +65,7 @@ def test_deepspeed_launcher_two_cpu_ranks(tmp_path):
     _check(_launch(quickstart.command(line, SCRIPT, at), at, tmp_path))
 
 
+@pytest.mark.transformers  # accelerate's DeepSpeed road reads transformers' version (tests/tiers.py)
 def test_accelerate_launch_in_step_mode_uses_lr_k_at_step_k(tmp_path):
     at = port(ports.LAUNCH_ACCELERATE_STEP)
     proc, ranks = _launch([str(BIN / "accelerate"), "launch", "--use_deepspeed", "--zero_stage", "2",

@@ -56,7 +56,8 @@ TRAINER = "torchrun --nproc_per_node 2 train.py --deepspeed ds_config.json"
 @pytest.fixture
 def job(tmp_path: Path) -> Path:
     shutil.copy(HERE / "quickstart_train.py", tmp_path / "train.py")
-    shutil.copy(HERE / "launched.py", tmp_path / "launched.py")
+    for helper in ("launched.py", "rank_end.py"):  # what train.py imports from beside it
+        shutil.copy(HERE / helper, tmp_path / helper)
     (tmp_path / "ds_config.json").write_text(json.dumps(DS_CONFIG))
     return tmp_path
 

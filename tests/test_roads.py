@@ -68,6 +68,7 @@ def test_an_early_bound_initialize_is_fixed_and_status_says_what_is_in_place(eng
 DEFAULT_PEAK = Spec(path="accelerate", scheduler="WarmupLR-default-max", groups=[1e-3, 5e-4])
 
 
+@pytest.mark.transformers  # accelerate's DeepSpeed road reads transformers' version (tests/tiers.py)
 def test_the_default_peak_is_the_newest_whatever_the_import_order_where_it_can_be_known():
     """Built after the import, the peak is the newest release's on every release. Built before it, up to
     0.15.2 the groups still hold their lrs and the patch backports the peak; from 0.15.3 the constructor
@@ -91,6 +92,7 @@ def test_the_default_peak_is_the_newest_whatever_the_import_order_where_it_can_b
         assert after.lrs[DEFAULT_PEAK.key] == unpatched.lrs[DEFAULT_PEAK.key]
 
 
+@pytest.mark.transformers  # accelerate's DeepSpeed road reads transformers' version (tests/tiers.py)
 def test_a_warmup_decay_lr_keeps_its_own_default_peak_whatever_the_import_order():
     """WarmupDecayLR passes its own warmup_max_lr, 0.001 by default on every release (0.19.8 too): WarmupLR's
     default peak (#7360, #8171) never reaches it, built before the patch or after, and nothing warns of a peak."""

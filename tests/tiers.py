@@ -61,6 +61,24 @@ ONE_RELEASE_TESTS = {
     "tests/test_audit_store.py": "the audit's reading of a bucket against the same folders on disk: the reading is "
                                  "the release's own files either way (tests/test_audit.py judges both releases)",
 }
+# Modules whose every test needs transformers (the HF Trainer, or accelerate's DeepSpeed road: accelerate 1.16's
+# DeepSpeed plugin reads transformers' version and raises PackageNotFoundError without it, a real run shows); a test
+# elsewhere that needs it carries the `transformers` marker itself. `nox -s tests` runs them in a second pass, once it
+# has installed transformers into the session's venv; the first pass runs every other test in that venv without it,
+# as a raw DeepSpeed user's venv is. Why: DeepSpeed 0.15.2 imports transformers at its top wherever it is installed
+# (1.5 s of the 4.5 s CPU of `import deepspeed`), and the first pass starts about 270 interpreters that import it.
+TRANSFORMERS_TESTS = {
+    "tests/test_core.py": "the Trainer's own scheduler; accelerate's road; deepspeed imports accelerate through "
+                          "transformers",
+    "tests/test_training.py": "the Trainer's step mode and resume",
+    "tests/test_warn_mode.py": "warn mode on every road, the Trainer's and accelerate's among them",
+    "tests/test_step_mode.py": "step mode on every road, the Trainer's and accelerate's among them",
+    "tests/test_mark.py": "the Trainer's and accelerate's saves and resumes carry record 1",
+    "tests/test_audit.py": "the audit of the Trainer's and accelerate's checkpoints",
+    "tests/test_audit_store.py": "a bucket holding a Trainer's run",
+    "tests/test_quickstart.py": "the README's Trainer line",
+    "tests/test_fresh_process.py": "the forked runs' server has imported torch and transformers",
+}
 TEST_ACCELERATE = NEWEST_ACCELERATE
 TEST_TORCH = "2.13.0"
 TEST_TRANSFORMERS = "5.24.0"  # accelerate 1.x imports transformers when present; pinned, not floated
