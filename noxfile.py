@@ -137,6 +137,11 @@ def _own_ports(session: nox.Session, kind: str, index: int = 0) -> None:
     session.env["AWP_PORT_BASE"] = str(20000 + ports.PORTS * (first + index))  # below the ephemeral ports
 
 
+def _install_accelerate(session: nox.Session, accelerate: str) -> None:
+    """accelerate and the transformers it pairs with into a venv that has the stack (torch pinned: never replaced)."""
+    session.install(*_find_links(), f"torch=={tiers.TEST_TORCH}", *_accelerate_pins(accelerate))
+
+
 def _accelerate_pins(accelerate: str) -> list[str]:
     old = releases.parse(accelerate) < (1, 1)  # transformers 5 requires accelerate>=1.1
     transformers = tiers.TEST_TRANSFORMERS_OLD_ACCELERATE if old else tiers.TEST_TRANSFORMERS
@@ -177,7 +182,7 @@ def tests(session: nox.Session, deepspeed: str) -> None:
     for marker, what in (("not transformers", "the first pass (no transformers)"),
                          ("transformers", "the second pass (transformers installed)")):
         if marker == "transformers":
-            session.install(*_find_links(), f"torch=={tiers.TEST_TORCH}", *_accelerate_pins(tiers.TEST_ACCELERATE))
+            _install_accelerate(session, tiers.TEST_ACCELERATE)
         try:
             session.run(*pytest, *ignored, "-m", marker, env={"PYTHONUNBUFFERED": "1"})
         except nox.command.CommandFailed:
@@ -293,7 +298,7 @@ def _accelerate_tier(session: nox.Session, deepspeed: str, wanted: list[str], po
     _install_stack(session, deepspeed, wanted[0])
     failed = []
     for accelerate in wanted:
-        session.install(*_find_links(), f"torch=={tiers.TEST_TORCH}", *_accelerate_pins(accelerate))
+        _install_accelerate(session, accelerate)
         try:
             _matrix_run(session, "accelerate")
         except nox.command.CommandFailed:
