@@ -4,15 +4,23 @@ fail (tests/test_audit_histories.py runs them; docs/audit.md says what the searc
 
 A history is a list of steps, plain data (JSON), each one of:
 
-- ``start``: a new run folder, a fresh engine (2 optimizer steps, saved as ``global_step2``) of a scheduler class
-  and a ZeRO stage of its own;
+- ``start``: a new run folder, a fresh engine (2 optimizer steps) of a scheduler class, a ZeRO stage, a model and a
+  way of naming its saves and of giving its config of its own (``_run_kind``);
 - ``resume``: an engine that loads a folder's newest save (whole, without the optimizer's states, or without the
   scheduler's), takes 1 step and saves into the same folder (the next ``global_stepN``) or into a new one;
-- ``rerun``: a fresh engine, of its own class and stage, saved into an existing folder (``global_step2`` and
-  ``latest`` written over; a later save of the folder's earlier run stays beside it, and so does a states file of the
-  earlier run's stage that this one does not write);
+- ``rerun``: a fresh engine, of its own kind, saved into an existing folder (its tag and ``latest`` written over
+  where the names meet; a later save of the folder's earlier run stays beside it, and so does a states file of the
+  earlier run's stage that this one does not write). Of another model, or under custom tags, it is a second engine
+  in that folder (a GAN's generator and critic: ``nn.Sequential`` both, alike names, other shapes);
 - ``copy``: the folder copied whole (``cp -r``);
-- ``delete``: the folder's oldest save removed, where it has two or more.
+- ``delete``: the folder's oldest save removed, where it has two or more;
+- ``edit``: the config file of the folder's runs given one by path rewritten after they ran (for the next experiment):
+  its scheduler block removed, or its warmup made flat at the peak. The checkpoint's files do not change, nor does
+  the truth; a fact read outside them may make a verdict worse, never clear a run.
+
+A run names its saves ``global_stepN`` (DeepSpeed's default) or by a custom tag (``epochN`` for model ``a``,
+``criticN`` for ``b``), and gets its config as a dict, as an absolute path to a JSON file, or as a path relative to
+the working folder (DeepSpeed's own examples' ``--deepspeed_config``).
 
 Each engine runs in a mode: ``off`` (the patch removed), ``reset`` or ``warn``, under ZeRO stage 0, 1 or 2 and one
 of the three warmup classes (``SCHEDULERS``), a resume as the save it loads. Each class warms up linearly from 0.0 to
@@ -31,9 +39,14 @@ another folder it resumed from), the documented assumption is that the earliest 
 (docs/audit.md, "What each verdict assumes"), so there a table's ``affected`` for a run whose real start was fixed is
 that assumption, not a break of the rule.
 
-The rule, for every folder after every step: never ``not affected`` where a save's step 0 ran at another lr than
-0.19.8's (0.0); never ``affected`` where every save's ran at 0.19.8's; ``not affected`` where every save descends from
-a reset start and was written by an armed process (each a record bound to it); never ``unreadable``.
+The rule, for every report of every folder after every step (a report speaks for the folder's saves, for its
+``global_stepN`` saves, or for one custom tag, as the audit names its engine; the audit weighs a custom tag's saves of
+one model as one engine's, so those join it): never ``not affected`` where a save it speaks for ran step 0 at another
+lr than 0.19.8's (0.0); never ``affected`` where every save it weighs ran step 0 at 0.19.8's; ``not affected`` where
+every one of those descends from a reset start and was written by a reset process (each a record bound to it: a
+``warn`` process applies none of the later backported changes, which a record without the scheduler's params cannot
+rule out; and a ZeRO 0 save over an earlier ZeRO 1/2 one leaves that run's optimizer-states file beside it, which its
+record does not bind, so the audit holds the record a claim); never ``unreadable``.
 """
 
 from __future__ import annotations
@@ -48,6 +61,11 @@ from typing import Any
 
 MODES = ("off", "reset", "warn")
 LOADS = ("whole", "no-optimizer", "no-scheduler")
+MODELS = {"a": 4, "b": 8}  # nn.Sequential(nn.Linear(4, N)): alike parameter names, other shapes
+CUSTOM_TAG = {"a": "epoch", "b": "critic"}  # a custom tag's prefix, by model: the step count follows
+TAGS = ("global", "custom")
+CONFIGS = ("dict", "absolute", "relative")
+EDITS = ("no-scheduler", "flat")
 REFERENCE_STEP0 = [0.0]  # 0.19.8's step 0 of each class below: warmup_min_lr, warmup_min_ratio times the lr
 _WARMUP = {"warmup_num_steps": 5, "warmup_type": "linear"}
 SCHEDULERS: dict[str, dict[str, Any]] = {
@@ -57,7 +75,7 @@ SCHEDULERS: dict[str, dict[str, Any]] = {
 }
 STAGES = (0, 1, 2)
 # what a step written before classes and stages were searched runs (tests/histories_found.json's older examples)
-DEFAULT_RUN = {"scheduler": "WarmupLR", "zero": 0}
+DEFAULT_RUN = {"scheduler": "WarmupLR", "zero": 0, "model": "a", "tags": "global", "config": "dict"}
 Step = dict[str, Any]
 
 
@@ -68,7 +86,7 @@ def history(rng: random.Random, length: int) -> list[Step]:
     steps: list[Step] = [{"op": "start", "mode": rng.choice(MODES), **_run_kind(rng)}]
     folders = 1
     while len(steps) < length:
-        op = rng.choice(("start", "resume", "resume", "rerun", "copy", "delete"))
+        op = rng.choice(("start", "resume", "resume", "rerun", "copy", "delete", "edit"))
         if op == "start":
             steps.append({"op": op, "mode": rng.choice(MODES), **_run_kind(rng)})
             folders += 1
@@ -82,22 +100,27 @@ def history(rng: random.Random, length: int) -> list[Step]:
             folders += 1
         elif op == "rerun":
             steps.append({"op": op, "run": rng.randrange(folders), "mode": rng.choice(MODES), **_run_kind(rng)})
+        elif op == "edit":
+            steps.append({"op": op, "run": rng.randrange(folders), "how": rng.choice(EDITS)})
         else:
             steps.append({"op": op, "run": rng.randrange(folders)})
     return steps
 
 
 def _run_kind(rng: random.Random) -> dict[str, Any]:
-    """A fresh engine's scheduler class and ZeRO stage."""
-    return {"scheduler": rng.choice(sorted(SCHEDULERS)), "zero": rng.choice(STAGES)}
+    """A fresh engine's scheduler class, ZeRO stage, model, tags and config (mostly the default model, tags and
+    config: the others are the edges)."""
+    return {"scheduler": rng.choice(sorted(SCHEDULERS)), "zero": rng.choice(STAGES),
+            "model": "b" if rng.random() < 0.25 else "a", "tags": "custom" if rng.random() < 0.4 else "global",
+            "config": rng.choice(CONFIGS)}
 
 
 # The truth, and the runs ---------------------------------------------------------------------------------------------
 
 @dataclass
 class Save:
-    """What one tag folder holds, as the truth knows it: its run's step 0, and whether a reset start and an armed
-    writer at each step stand behind it (then a bound record proves it)."""
+    """What one tag folder holds, as the truth knows it: its run's step 0, and whether a reset start and a reset
+    writer at each step stand behind it (then a bound record proves it), with what a resume or a rerun of it needs."""
 
     step0: list[float]
     proven: bool
@@ -105,21 +128,30 @@ class Save:
     fresh: bool = False  # written by that start itself (not a resume of it)
     scheduler: str = DEFAULT_RUN["scheduler"]  # what a resume of it builds
     zero: int = DEFAULT_RUN["zero"]
+    model: str = DEFAULT_RUN["model"]
+    tags: str = DEFAULT_RUN["tags"]
+    config: str = DEFAULT_RUN["config"]
+    steps: int = 2  # optimizer steps its engine had taken (its tag's number)
+    config_file: Path | None = None  # the file its engine was given by path, if any
+    optim_file: bool = False  # its tag folder holds a ZeRO optimizer-states file (its own, or an earlier run's)
 
 
 @dataclass
 class World:
-    """The folders a history made, each its saves by step count, under ``root``."""
+    """The folders a history made, each its saves by tag name, under ``root`` (the runs' working folder: a relative
+    config path is relative to it)."""
 
     root: Path
-    folders: list[dict[int, Save]] = field(default_factory=list)
+    folders: list[dict[str, Save]] = field(default_factory=list)
     starts: int = 0  # fresh starts so far
+    configs: int = 0  # config files written so far
 
     def path(self, index: int) -> Path:
         return self.root / f"run{index}"
 
 
-Train = Callable[..., list[list[float]]]  # train(mode, save_dir, resume_from, load, steps, scheduler, zero) -> lrs
+# train(mode, save_dir, resume_from, load, steps, scheduler, zero, model, tag, config) -> each step's lrs
+Train = Callable[..., list[list[float]]]
 
 
 def play(step: Step, world: World, train: Train) -> None:
@@ -144,59 +176,150 @@ def play(step: Step, world: World, train: Train) -> None:
         shutil.copytree(world.path(source), world.path(len(world.folders)))
         world.folders.append(dict(world.folders[source]))
     elif op == "delete":
-        index = step["run"] % len(world.folders)
-        saves = world.folders[index]
-        if len(saves) >= 2:
-            oldest = min(saves)
-            if f"global_step{oldest}" != (world.path(index) / "latest").read_text().strip():
-                shutil.rmtree(world.path(index) / f"global_step{oldest}")
-                del saves[oldest]
+        _delete_oldest(world, step["run"] % len(world.folders))
+    elif op == "edit":
+        _edit_configs(world, step["run"] % len(world.folders), step["how"])
+
+
+def tag_name(save: Save) -> str:
+    """The tag a save of ``save.steps`` steps is written under (DeepSpeed's default, or the run's custom one)."""
+    return f"global_step{save.steps}" if save.tags == "global" else f"{CUSTOM_TAG[save.model]}{save.steps}"
 
 
 def _fresh(world: World, index: int, step: Step, train: Train) -> None:
     kind = {key: step.get(key, value) for key, value in DEFAULT_RUN.items()}
-    lrs = train(mode=step["mode"], save_dir=world.path(index), resume_from=None, load=None, steps=2, **kind)
+    save = Save([], proven=step["mode"] == "reset", origin=world.starts + 1, fresh=True, **kind)
+    save.step0 = _train(world, save, train, mode=step["mode"], save_dir=world.path(index), resume_from=None,
+                        load=None)[0]
     world.starts += 1
-    world.folders[index][2] = Save(lrs[0], proven=step["mode"] == "reset", origin=world.starts, fresh=True, **kind)
+    _place(world, index, save)
 
 
 def _resume(world: World, source: int, target: int, step: Step, train: Train) -> None:
-    saves = world.folders[source]
-    newest = int((world.path(source) / "latest").read_text().strip().removeprefix("global_step"))
-    loaded = saves[newest]
-    train(mode=step["mode"], save_dir=world.path(target), resume_from=world.path(source), load=step["load"], steps=1,
-          scheduler=loaded.scheduler, zero=loaded.zero)
-    world.folders[target][newest + 1] = Save(loaded.step0, proven=loaded.proven and step["mode"] != "off",
-                                             origin=loaded.origin, scheduler=loaded.scheduler, zero=loaded.zero)
+    loaded = world.folders[source][(world.path(source) / "latest").read_text().strip()]
+    save = Save(loaded.step0, proven=loaded.proven and step["mode"] == "reset", origin=loaded.origin,
+                scheduler=loaded.scheduler, zero=loaded.zero, model=loaded.model, tags=loaded.tags,
+                config=loaded.config, steps=loaded.steps + 1)
+    _train(world, save, train, mode=step["mode"], save_dir=world.path(target), resume_from=world.path(source),
+           load=step["load"])
+    _place(world, target, save)
+
+
+def _place(world: World, index: int, save: Save) -> None:
+    """``save`` written into folder ``index``, over a tag of the same name where there is one: an earlier ZeRO 1/2
+    run's optimizer-states file stays beside a ZeRO 0 save, which its record does not bind (the audit keeps the
+    record as a claim: it proves nothing, and nor does a record of a later resume of it)."""
+    tag = tag_name(save)
+    earlier = world.folders[index].get(tag)
+    save.optim_file = save.zero > 0 or (earlier is not None and earlier.optim_file)
+    if save.optim_file and save.zero == 0:
+        save.proven = False
+    world.folders[index][tag] = save
+
+
+def _train(world: World, save: Save, train: Train, **run: Any) -> list[list[float]]:
+    """``save``'s engine trained (a fresh start: 2 steps; a resume: 1), its config given as its kind says (a file of
+    its own where by path); its lrs."""
+    config = config_of(save.scheduler, save.zero)
+    given: dict[str, Any] | str = config
+    if save.config != "dict":
+        world.configs += 1
+        relative = Path("configs") / f"c{world.configs}.json"
+        save.config_file = world.root / relative
+        save.config_file.parent.mkdir(exist_ok=True)
+        save.config_file.write_text(json.dumps(config))
+        given = str(save.config_file if save.config == "absolute" else relative)
+    custom = None if save.tags == "global" else tag_name(save)
+    return train(steps=2 if save.fresh else 1, scheduler=save.scheduler, zero=save.zero, model=save.model,
+                 tag=custom, config=given, **run)
+
+
+def config_of(scheduler: str, zero: int) -> dict[str, Any]:
+    """A run's ds_config: Adam at 0.001, ``scheduler`` (a class of ``SCHEDULERS``) under ZeRO stage ``zero``."""
+    return {"train_micro_batch_size_per_gpu": 2, "steps_per_print": 10_000,
+            "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
+            "zero_optimization": {"stage": zero},
+            "scheduler": {"type": scheduler, "params": dict(SCHEDULERS[scheduler])}}
+
+
+def _delete_oldest(world: World, index: int) -> None:
+    """The folder's oldest save removed (fewest steps), where it has two or more and ``latest`` does not name it."""
+    saves = world.folders[index]
+    if len(saves) < 2:
+        return
+    oldest = min(saves, key=lambda tag: (saves[tag].steps, tag))
+    if oldest != (world.path(index) / "latest").read_text().strip():
+        shutil.rmtree(world.path(index) / oldest)
+        del saves[oldest]
+
+
+def _edit_configs(world: World, index: int, how: str) -> None:
+    """The config files of the folder's runs rewritten after they ran: the scheduler block removed, or the warmup
+    made flat at the peak (its start lr is then the optimizer's). What ran does not change."""
+    for save in world.folders[index].values():
+        if save.config_file is None:
+            continue
+        config = config_of(save.scheduler, save.zero)
+        if how == "no-scheduler":
+            del config["scheduler"]
+        else:
+            params = config["scheduler"]["params"]
+            params.update({key: 1e-3 if key.endswith("_lr") else 1.0
+                           for key in ("warmup_min_lr", "warmup_min_ratio") if key in params})
+        save.config_file.write_text(json.dumps(config))
 
 
 # The rule --------------------------------------------------------------------------------------------------------
 
 def broken(world: World, reports: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """Each way the audit's reports break the rule, by folder (an empty list: none)."""
+    """Each way the audit's reports break the rule, by folder and engine (an empty list: none)."""
     found = []
     for index, saves in enumerate(world.folders):
-        if not saves:
-            continue
         for report in reports.get(str(world.path(index)), []):
-            verdict, why = report["verdict"], report["why"]
-            hurt = [tag for tag, save in saves.items() if not _same(save.step0, REFERENCE_STEP0)]
-            if verdict == "unreadable":
-                found.append(f"run{index}: unreadable ({why})")
-            elif hurt and verdict == "not affected":
-                found.append(f"run{index}: not affected, but global_step{hurt[0]}'s step 0 ran at "
-                             f"{saves[hurt[0]].step0} ({why})")
-            elif not hurt and verdict == "affected" and _origins_here(saves):
-                found.append(f"run{index}: affected, but every save's step 0 ran at {REFERENCE_STEP0} ({why})")
-            elif all(save.proven for save in saves.values()) and verdict != "not affected":
-                found.append(f"run{index}: {verdict}, but a bound record proves every save ({why})")
+            own = _reported(saves, report.get("engine"))
+            if own:
+                found.extend(f"run{index}{_named(report)}: {problem}" for problem in _judged(saves, own, report))
     return found
 
 
-def _origins_here(saves: dict[int, Save]) -> bool:
-    """Whether the start of every save's run is in the folder (its own save, as that start wrote it)."""
-    here = {save.origin for save in saves.values() if save.fresh}
-    return all(save.origin in here for save in saves.values())
+def _reported(saves: dict[str, Save], engine: str | None) -> dict[str, Save]:
+    """The saves a report speaks for: all of the folder's, its global_stepN tags (the audit's ``global_step*``), or
+    the one custom tag it names."""
+    if engine is None:
+        return saves
+    if engine.startswith("global_step"):
+        return {tag: save for tag, save in saves.items() if save.tags == "global"}
+    return {tag: save for tag, save in saves.items() if tag == engine}
+
+
+def _judged(saves: dict[str, Save], own: dict[str, Save], report: dict[str, Any]) -> list[str]:
+    """How one report breaks the rule. ``own``: the saves it speaks for; with them, the folder's saves of the same
+    model (the audit weighs a custom tag's earlier and later saves of one model as one engine's, whatever their
+    names), which may make it worse, or prove it only where all are proven."""
+    verdict, why = report["verdict"], report["why"]
+    models = {save.model for save in own.values()}
+    kin = {tag: save for tag, save in saves.items() if tag in own or save.model in models}
+    hurt = [tag for tag, save in own.items() if not _same(save.step0, REFERENCE_STEP0)]
+    if verdict == "unreadable":
+        return [f"unreadable ({why})"]
+    if hurt and verdict == "not affected":
+        return [f"not affected, but {hurt[0]}'s step 0 ran at {own[hurt[0]].step0} ({why})"]
+    if verdict == "affected" and all(_same(save.step0, REFERENCE_STEP0) for save in kin.values()) \
+            and _origins_here(own, kin):
+        return [f"affected, but every save's step 0 ran at {REFERENCE_STEP0} ({why})"]
+    if all(save.proven for save in kin.values()) and verdict != "not affected":
+        return [f"{verdict}, but a bound record proves every save ({why})"]
+    return []
+
+
+def _named(report: dict[str, Any]) -> str:
+    return f" ({report['engine']})" if report.get("engine") else ""
+
+
+def _origins_here(own: dict[str, Save], kin: dict[str, Save]) -> bool:
+    """Whether the start of every one of ``own``'s runs is in the folder (its own save, as that start wrote it)."""
+    here = {save.origin for save in kin.values() if save.fresh}
+    return all(save.origin in here for save in own.values())
 
 
 def _same(ran: list[float], reference: list[float]) -> bool:

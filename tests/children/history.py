@@ -26,29 +26,35 @@ from accelerate_warmup_patch.cli.audit import audit
 
 
 def train(*, mode: str, save_dir: Path, resume_from: Path | None, load: str | None, steps: int, scheduler: str,
-          zero: int) -> list[list[float]]:
-    """One real engine in ``mode`` of ``scheduler`` (a class of histories.SCHEDULERS) under ZeRO stage ``zero``: a
-    fresh start or a resume of ``resume_from``'s newest save, ``steps`` optimizer steps, saved into ``save_dir``;
-    each step's lrs, from the optimizer's pre-hook."""
+          zero: int, model: str, tag: str | None, config: dict[str, Any] | str) -> list[list[float]]:
+    """One real engine in ``mode`` of ``scheduler`` (a class of histories.SCHEDULERS) under ZeRO stage ``zero``, of
+    ``model`` (histories.MODELS), given ``config`` (histories.config_of's dict, or a path to it): a fresh start or a
+    resume of ``resume_from``'s newest save, ``steps`` optimizer steps, saved into ``save_dir`` under ``tag``
+    (None: DeepSpeed's own global_stepN); each step's lrs, from the optimizer's pre-hook."""
     if mode == "off":
         accelerate_warmup_patch.remove()
     else:
         accelerate_warmup_patch.apply(mode)
     try:
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(4, 4))
-        config = {"train_micro_batch_size_per_gpu": 2, "steps_per_print": 10_000,
-                  "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
-                  "zero_optimization": {"stage": zero},
-                  "scheduler": {"type": scheduler, "params": histories.SCHEDULERS[scheduler]}}
+        module = torch.nn.Sequential(torch.nn.Linear(4, histories.MODELS[model]))
+        given = config
+
+        def initialize(**kwargs: Any) -> Any:
+            import deepspeed  # its initialize looked up now: the patched one where the patch is applied
+
+            # the engine is given the config as the run gives it (a path is DeepSpeed's to read); the harness's
+            # loop reads its batch size from the dict
+            return deepspeed.initialize(**{**kwargs, "config": given})
 
         def resume(engine: Any) -> None:
             engine.load_checkpoint(str(resume_from), load_optimizer_states=load != "no-optimizer",
                                    load_lr_scheduler_states=load != "no-scheduler")
 
         rows: list[list[float]] = harness.demo.train_deepspeed(
-            config, model, list(model.parameters()), steps, before=resume if resume_from is not None else None,
-            after=lambda engine: engine.save_checkpoint(str(save_dir)))
+            histories.config_of(scheduler, zero), module, list(module.parameters()), steps,
+            before=resume if resume_from is not None else None,
+            after=lambda engine: engine.save_checkpoint(str(save_dir), tag=tag), initialize=initialize)
         return rows
     finally:
         accelerate_warmup_patch.remove()
@@ -58,6 +64,7 @@ def problems(steps: list[histories.Step], root: Path) -> list[str]:
     """Each break of the rule, after each step of the history (played afresh under ``root``)."""
     world = histories.World(root)
     root.mkdir(parents=True)
+    os.chdir(root)  # the runs' working folder: a relative config path is relative to it, for the job and the audit
     for number, step in enumerate(steps):
         histories.play(step, world, train)
         paths = [str(world.path(index)) for index in range(len(world.folders)) if world.path(index).exists()]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 import histories
@@ -13,11 +14,11 @@ from histories import Save, World
 
 
 def _world(tmp_path: Path, *saves: Save) -> World:
-    return World(tmp_path, [{2 + index: save for index, save in enumerate(saves)}])
+    return World(tmp_path, [{f"global_step{2 + index}": save for index, save in enumerate(saves)}])
 
 
-def _report(tmp_path: Path, verdict: str) -> dict[str, list[dict[str, str]]]:
-    return {str(tmp_path / "run0"): [{"verdict": verdict, "why": "because"}]}
+def _report(tmp_path: Path, verdict: str, engine: str | None = None) -> dict[str, list[dict[str, Any]]]:
+    return {str(tmp_path / "run0"): [{"verdict": verdict, "why": "because", "engine": engine}]}
 
 
 def test_each_break_of_the_rule_is_found(tmp_path: Path) -> None:
@@ -36,6 +37,28 @@ def test_each_break_of_the_rule_is_found(tmp_path: Path) -> None:
     assert histories.broken(proven, _report(tmp_path, "not affected")) == []
 
 
+def test_a_report_is_held_to_the_saves_of_the_engine_it_names(tmp_path: Path) -> None:
+    # a GAN's two engines in one folder: the generator's global_stepN saves, the critic's custom tags
+    critic = Save([1e-3], proven=False, origin=2, fresh=True, model="b", tags="custom")
+    world = World(tmp_path, [{"global_step2": Save([0.0], proven=True, origin=1, fresh=True), "critic2": critic}])
+    assert histories.broken(world, _report(tmp_path, "not affected", "global_step*")) == []
+    assert "not affected, but critic2" in histories.broken(world, _report(tmp_path, "not affected", "critic2"))[0]
+    assert "a bound record proves" in histories.broken(world, _report(tmp_path, "unknown", "global_step*"))[0]
+    # a custom tag's later save of the same model joins it (the audit weighs them as one engine's)
+    resumed = Save([0.0], proven=False, origin=2, model="b", tags="custom", steps=3)
+    world.folders[0].update({"critic2": Save([0.0], proven=True, origin=2, fresh=True, model="b", tags="custom"),
+                             "critic3": resumed})
+    assert histories.broken(world, _report(tmp_path, "unknown", "critic2")) == []
+    assert histories.broken(world, _report(tmp_path, "affected", "critic3"))[0].startswith("run0 (critic3): affected")
+
+
+def test_a_zero_0_save_over_a_zero_1_tag_is_not_proven(tmp_path: Path) -> None:
+    world = World(tmp_path, [{}])
+    histories._place(world, 0, Save([0.0], proven=True, zero=1))
+    histories._place(world, 0, Save([0.0], proven=True, zero=0))
+    assert world.folders[0]["global_step2"].proven is False and world.folders[0]["global_step2"].optim_file
+
+
 def test_a_failing_history_shrinks_to_the_steps_that_fail() -> None:
     steps = histories.history(random.Random(1), 12)
     culprit = {"op": "rerun", "run": 0, "mode": "off"}
@@ -47,5 +70,5 @@ def test_a_failing_history_shrinks_to_the_steps_that_fail() -> None:
 def test_histories_are_plain_data_of_the_steps_the_docs_name() -> None:
     steps = histories.history(random.Random(2), 40)
     assert steps[0]["op"] == "start" and {step["op"] for step in steps} <= {"start", "resume", "rerun", "copy",
-                                                                            "delete"}
+                                                                            "delete", "edit"}
     assert all(step.get("mode", "off") in histories.MODES for step in steps)

@@ -81,6 +81,27 @@ def test_a_rerun_whose_model_states_file_is_byte_identical_is_still_not_that_sav
     assert any("the other states files" in note for note in report["notes"]), report["notes"]
 
 
+def test_a_zero_0_save_over_an_earlier_zero_1_save_keeps_its_record_as_a_claim(tmp_path: Path) -> None:
+    # found by the search of run histories (#55 item 6): a ZeRO 0 rerun into a tag of a ZeRO 1 run leaves that
+    # run's optimizer-states file beside the new model states, which the rerun's record (others: 0 files) does not
+    # bind. Ignoring the record judged the save as a process that left none: "affected", for a run that was fixed
+    tag = patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    files.write_torch_zip(tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt", {"fp32": files.Tensor((16,))})
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "unknown" and report["record"]["bound"] is False, report
+    assert "bound to these model states but not to the other states files" in report["why"], report
+    assert any("no other states file, and 1 lie beside them" in note for note in report["notes"]), report["notes"]
+    # a harm it names still counts; a record that bound other states files is still not that save's when they differ
+    warned = record2(tag, observed([1e-3], [0.0]), mode="warn")
+    warned["scheduler"]["step0"] = record_data.WARNED
+    warned["bound_to"] = {**binding.bind(str(tag)), "others": binding.others_binding([])}
+    write_record(tag, warned)
+    assert one(tmp_path / "run")[1]["verdict"] == "affected"
+    write_record(tag, record2(tag, observed([0.0], [0.0])))  # binds the optimizer's file as it is
+    files.write_torch_zip(tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt", {"fp32": files.Tensor((32,))})
+    assert one(tmp_path / "run")[1]["record"] is None
+
+
 def raced(tag: Path, notes: own_writes.SaveNotes | None) -> str | None:
     """Why a record in ``tag`` is not bound to this job's bytes, as the record's writer asks after its read-back."""
     return own_writes.rewritten_since(str(tag), notes, binding.read_back(str(tag))[1])

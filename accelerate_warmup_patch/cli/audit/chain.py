@@ -227,6 +227,8 @@ def apply_claim(report: Report, record: dict[str, Any]) -> None:
     scheduler = record["scheduler"]
     who = f"accelerate-warmup-patch {record['version']} ({record['mode']})"
     kind = "a record 1 (0.5.0)" if record_data.is_record_1(record) else "an unbound record"
+    if _bound_to_a_file(record):
+        kind = "a record"
     if scheduler is None:
         report.notes.append(f"{who} recorded no lr scheduler in the engine")
         return
@@ -242,10 +244,23 @@ def apply_claim(report: Report, record: dict[str, Any]) -> None:
             report.verdict != NOT_AFFECTED:
         unpatched = report.verdict
         report.verdict = UNKNOWN
-        report.why = (f"{kind} of {who} says step 0 was {step0}, but it is bound to no file, so it proves "
+        report.why = (f"{kind} of {who} says step 0 was {step0}, but it is {_unbound_how(record)}, so it proves "
                       f"nothing about these saves; unpatched, this run would be {unpatched}: "
                       f"{report.why or 'the files do not say why'}")
         report.step0_lrs = report.step0_lr = None
     elif step0 in (record_data.LEFT, "unknown"):
         report.notes.append(f"{who} recorded step 0 as {step0!r} ({scheduler['why'] or 'no reason given'}): "
                             "judged from the checkpoint as an unpatched run")
+
+
+def _bound_to_a_file(record: dict[str, Any]) -> bool:
+    bound_to = record.get("bound_to")
+    return isinstance(bound_to, dict) and bound_to.get("file") is not None
+
+
+def _unbound_how(record: dict[str, Any]) -> str:
+    """How a claim is not bound to the save: to no file, or to its model states but not the states files beside
+    them (read.py keeps such a record as a claim)."""
+    if _bound_to_a_file(record):
+        return "bound to these model states but not to the other states files beside them"
+    return "bound to no file"

@@ -123,6 +123,18 @@ def _this_saves(record: dict[str, Any], *, binding: dict[str, Any] | None, versi
     A record 2 that says it is unbound is kept, marked ``bound: False``: a claim, never proof."""
     name = record["file"]
     problem = not_this_saves(record, binding, deepspeed=version, global_steps=global_steps, scheduler=scheduler)
+    if problem is not None and _beside_others(record, binding, version=version, global_steps=global_steps,
+                                              scheduler=scheduler):
+        # its writer wrote these very model states and no other states file (ZeRO 0, no pipeline: the weights are
+        # in them); those beside them now are another process's (a rerun of ZeRO 0 over a ZeRO 1/2 save leaves the
+        # earlier run's, a rank of a racing job writes its own): what the record says of its own process stands as
+        # a claim (a harm counts, a fix clears nothing), where ignoring it would judge the save as a process that
+        # left no record
+        beside = (binding or {}).get("others", {}).get("files")
+        notes.append(f"{name}: its writer wrote these model states and no other states file, and {beside} lie "
+                     "beside them now (another process's): what it says is a claim, not proof")
+        record["bound"] = False
+        return record
     if problem is not None:
         notes.append(f"{name}: ignored, not that save's record: {problem}")
         return None
@@ -130,6 +142,17 @@ def _this_saves(record: dict[str, Any], *, binding: dict[str, Any] | None, versi
     if record["record"] == record_data.RECORD and not record["bound"]:
         notes.append(f"{name}: unbound ({record['bound_to']['unbound']}): what it says is a claim, not proof")
     return record
+
+
+def _beside_others(record: dict[str, Any], binding: dict[str, Any] | None, **save: Any) -> bool:
+    """Whether all that keeps a record from being this save's is other states files beside its model states where
+    its writer wrote none: it names this save in every other way, and its model states are these very bytes."""
+    bound_to = record.get("bound_to")
+    if binding is None or not isinstance(bound_to, dict) or not isinstance(bound_to.get("others"), dict) or \
+            bound_to["others"].get("files") != 0:
+        return False
+    return not_this_saves(record, {**binding, "others": bound_to["others"]}, deepspeed=save["version"],
+                          global_steps=save["global_steps"], scheduler=save["scheduler"]) is None
 
 
 def not_deepspeeds(save: Save) -> str | None:
