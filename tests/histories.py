@@ -74,6 +74,7 @@ SCHEDULERS: dict[str, dict[str, Any]] = {
     "WarmupCosineLR": {"warmup_min_ratio": 0.0, "cos_min_ratio": 0.1, "total_num_steps": 20, **_WARMUP},
 }
 STAGES = (0, 1, 2)
+JOB_STAGES = (0, 2)  # a two-rank job's: rank 1 writes no states file, or its optimizer partition
 # what a step written before classes and stages were searched runs (tests/histories_found.json's older examples)
 DEFAULT_RUN = {"scheduler": "WarmupLR", "zero": 0, "model": "a", "tags": "global", "config": "dict"}
 Step = dict[str, Any]
@@ -86,8 +87,12 @@ def history(rng: random.Random, length: int) -> list[Step]:
     steps: list[Step] = [{"op": "start", "mode": rng.choice(MODES), **_run_kind(rng)}]
     folders = 1
     while len(steps) < length:
-        op = rng.choice(("start", "resume", "resume", "rerun", "copy", "delete", "edit"))
-        if op == "start":
+        op = rng.choice(("start", "resume", "resume", "rerun", "copy", "delete", "edit", "job"))
+        if op == "job":
+            steps.append({"op": op, "modes": [rng.choice(MODES), rng.choice(MODES)],
+                          "scheduler": rng.choice(sorted(SCHEDULERS)), "zero": rng.choice(JOB_STAGES)})
+            folders += 1
+        elif op == "start":
             steps.append({"op": op, "mode": rng.choice(MODES), **_run_kind(rng)})
             folders += 1
         elif op == "resume":
@@ -133,7 +138,8 @@ class Save:
     config: str = DEFAULT_RUN["config"]
     steps: int = 2  # optimizer steps its engine had taken (its tag's number)
     config_file: Path | None = None  # the file its engine was given by path, if any
-    optim_file: bool = False  # its tag folder holds a ZeRO optimizer-states file (its own, or an earlier run's)
+    optim_files: int = 0  # the ZeRO optimizer-states files its tag folder holds (a rank's each: its own, or earlier)
+    ranks: int = 1  # the ranks of the job that wrote it
 
 
 @dataclass
@@ -152,25 +158,24 @@ class World:
 
 # train(mode, save_dir, resume_from, load, steps, scheduler, zero, model, tag, config) -> each step's lrs
 Train = Callable[..., list[list[float]]]
+# job(modes, save_dir, scheduler, zero) -> each rank's lrs at its first step
+Job = Callable[..., list[list[float]]]
 
 
-def play(step: Step, world: World, train: Train) -> None:
-    """One step of a history, on real engines (``train``), and its truth in ``world``; a step that does not apply to
-    the folders as they are (a delete of a folder with one save) changes nothing."""
+def play(step: Step, world: World, train: Train, job: Job) -> None:
+    """One step of a history, on real engines (``train``; ``job``: a two-rank job), and its truth in ``world``; a step
+    that does not apply to the folders as they are (a delete of a folder with one save) changes nothing."""
     op = step["op"]
-    if op == "start":
+    if op == "job":
+        world.folders.append({})
+        _job(world, len(world.folders) - 1, step, job)
+    elif op == "start":
         world.folders.append({})
         _fresh(world, len(world.folders) - 1, step, train)
     elif op == "rerun":
         _fresh(world, step["run"] % len(world.folders), step, train)
     elif op == "resume":
-        source = step["run"] % len(world.folders)
-        if step["into"] == "new":
-            world.folders.append({})
-            target = len(world.folders) - 1
-        else:
-            target = source
-        _resume(world, source, target, step, train)
+        _resume(world, step["run"] % len(world.folders), step, train)
     elif op == "copy":
         source = step["run"] % len(world.folders)
         shutil.copytree(world.path(source), world.path(len(world.folders)))
@@ -195,8 +200,24 @@ def _fresh(world: World, index: int, step: Step, train: Train) -> None:
     _place(world, index, save)
 
 
-def _resume(world: World, source: int, target: int, step: Step, train: Train) -> None:
+def _job(world: World, index: int, step: Step, job: Job) -> None:
+    """A fresh two-rank job, each rank armed in its own mode: its save's step 0 is a rank's that ran it at another lr
+    than 0.19.8's, if any; proven where every rank ran reset."""
+    firsts = job(modes=step["modes"], save_dir=world.path(index), scheduler=step["scheduler"], zero=step["zero"])
+    step0 = next((lrs for lrs in firsts if not _same(lrs, REFERENCE_STEP0)), firsts[0])
+    world.starts += 1
+    _place(world, index, Save(step0, proven=all(mode == "reset" for mode in step["modes"]), origin=world.starts,
+                              fresh=True, scheduler=step["scheduler"], zero=step["zero"], ranks=len(firsts)))
+
+
+def _resume(world: World, source: int, step: Step, train: Train) -> None:
     loaded = world.folders[source][(world.path(source) / "latest").read_text().strip()]
+    if loaded.ranks > 1 and loaded.zero > 0:
+        return  # one rank cannot load two ranks' ZeRO partitions (DeepSpeed's universal checkpoint can: not searched)
+    target = source
+    if step["into"] == "new":
+        world.folders.append({})
+        target = len(world.folders) - 1
     save = Save(loaded.step0, proven=loaded.proven and step["mode"] == "reset", origin=loaded.origin,
                 scheduler=loaded.scheduler, zero=loaded.zero, model=loaded.model, tags=loaded.tags,
                 config=loaded.config, steps=loaded.steps + 1)
@@ -207,12 +228,13 @@ def _resume(world: World, source: int, target: int, step: Step, train: Train) ->
 
 def _place(world: World, index: int, save: Save) -> None:
     """``save`` written into folder ``index``, over a tag of the same name where there is one: an earlier ZeRO 1/2
-    run's optimizer-states file stays beside a ZeRO 0 save, which its record does not bind (the audit keeps the
-    record as a claim: it proves nothing, and nor does a record of a later resume of it)."""
+    run's optimizer-states files that this one does not write over (all of them under ZeRO 0; rank 1's where one
+    rank saves over a two-rank job's) stay beside it, which its record does not bind (the audit keeps the record as
+    a claim: it proves nothing, and nor does a record of a later resume of it)."""
     tag = tag_name(save)
     earlier = world.folders[index].get(tag)
-    save.optim_file = save.zero > 0 or (earlier is not None and earlier.optim_file)
-    if save.optim_file and save.zero == 0:
+    save.optim_files = max(save.ranks if save.zero > 0 else 0, earlier.optim_files if earlier is not None else 0)
+    if save.optim_files > (save.ranks if save.zero > 0 else 0):
         save.proven = False
     world.folders[index][tag] = save
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
 # isort: off
 import harness  # first: its shims, and its demo module imported without arming the patch
 import histories
+import ports
 import torch
 import accelerate_warmup_patch
 from accelerate_warmup_patch.cli.audit import audit
@@ -60,13 +62,31 @@ def train(*, mode: str, save_dir: Path, resume_from: Path | None, load: str | No
         accelerate_warmup_patch.remove()
 
 
+def job(*, modes: list[str], save_dir: Path, scheduler: str, zero: int) -> list[list[float]]:
+    """A two-rank torchrun job (tests/children/history_job.py), each rank in its mode of ``modes``, saved into
+    ``save_dir``; each rank's lrs at its first step."""
+    out = save_dir.parent / f"{save_dir.name}.ranks"
+    out.mkdir()
+    # the launcher's own rank variables, not this process's one-rank ones; the patch armed by each rank alone
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+           and not key.startswith("ACCELERATE_WARMUP_PATCH")}
+    run = json.dumps({"modes": modes, "scheduler": scheduler, "zero": zero})
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           str(ports.port(ports.HISTORY_JOB)), str(Path(__file__).with_name("history_job.py")),
+                           str(save_dir), str(out), run], env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the two-rank job failed: {proc.stderr[-3000:]}")
+    return [json.loads((out / f"rank{rank}.json").read_text())[0] for rank in (0, 1)]
+
+
 def problems(steps: list[histories.Step], root: Path) -> list[str]:
     """Each break of the rule, after each step of the history (played afresh under ``root``)."""
     world = histories.World(root)
     root.mkdir(parents=True)
     os.chdir(root)  # the runs' working folder: a relative config path is relative to it, for the job and the audit
     for number, step in enumerate(steps):
-        histories.play(step, world, train)
+        histories.play(step, world, train, job)
         paths = [str(world.path(index)) for index in range(len(world.folders)) if world.path(index).exists()]
         found, _ = audit(paths)
         by_folder: dict[str, list[dict[str, Any]]] = {}

@@ -56,7 +56,7 @@ def test_a_zero_0_save_over_a_zero_1_tag_is_not_proven(tmp_path: Path) -> None:
     world = World(tmp_path, [{}])
     histories._place(world, 0, Save([0.0], proven=True, zero=1))
     histories._place(world, 0, Save([0.0], proven=True, zero=0))
-    assert world.folders[0]["global_step2"].proven is False and world.folders[0]["global_step2"].optim_file
+    assert world.folders[0]["global_step2"].proven is False and world.folders[0]["global_step2"].optim_files == 1
 
 
 def test_a_failing_history_shrinks_to_the_steps_that_fail() -> None:
@@ -70,5 +70,15 @@ def test_a_failing_history_shrinks_to_the_steps_that_fail() -> None:
 def test_histories_are_plain_data_of_the_steps_the_docs_name() -> None:
     steps = histories.history(random.Random(2), 40)
     assert steps[0]["op"] == "start" and {step["op"] for step in steps} <= {"start", "resume", "rerun", "copy",
-                                                                            "delete", "edit"}
+                                                                            "delete", "edit", "job"}
     assert all(step.get("mode", "off") in histories.MODES for step in steps)
+
+
+def test_a_two_rank_job_ran_step_0_as_its_worst_rank_did(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    step = {"op": "job", "modes": ["reset", "off"], "scheduler": "WarmupLR", "zero": 2}
+    histories.play(step, world, lambda **_: [], lambda **_: [[0.0], [1e-3]])
+    save = world.folders[0]["global_step2"]
+    assert save.step0 == [1e-3] and not save.proven and save.ranks == 2 and save.optim_files == 2
+    histories.play({**step, "modes": ["reset", "reset"]}, world, lambda **_: [], lambda **_: [[0.0], [0.0]])
+    assert world.folders[1]["global_step2"].proven

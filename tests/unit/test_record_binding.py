@@ -90,7 +90,7 @@ def test_a_zero_0_save_over_an_earlier_zero_1_save_keeps_its_record_as_a_claim(t
     _, report = one(tmp_path / "run")
     assert report["verdict"] == "unknown" and report["record"]["bound"] is False, report
     assert "bound to these model states but not to the other states files" in report["why"], report
-    assert any("no other states file, and 1 lie beside them" in note for note in report["notes"]), report["notes"]
+    assert any("and 1 more lie beside them" in note for note in report["notes"]), report["notes"]
     # a harm it names still counts; a record that bound other states files is still not that save's when they differ
     warned = record2(tag, observed([1e-3], [0.0]), mode="warn")
     warned["scheduler"]["step0"] = record_data.WARNED
@@ -99,6 +99,21 @@ def test_a_zero_0_save_over_an_earlier_zero_1_save_keeps_its_record_as_a_claim(t
     assert one(tmp_path / "run")[1]["verdict"] == "affected"
     write_record(tag, record2(tag, observed([0.0], [0.0])))  # binds the optimizer's file as it is
     files.write_torch_zip(tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt", {"fp32": files.Tensor((32,))})
+    assert one(tmp_path / "run")[1]["record"] is None
+
+
+def test_a_one_rank_save_over_a_two_rank_save_keeps_its_record_as_a_claim(tmp_path: Path) -> None:
+    # a one-rank ZeRO 2 rerun into a tag of a two-rank job: its record binds its own rank-0 partition (the files it
+    # wrote: binding.bound_from_own), and the earlier job's rank-1 partition stays beside it
+    tag = patched_run(tmp_path / "run", observed([0.0], [0.0]))
+    files.write_torch_zip(tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt", {"fp32": files.Tensor((16,))})
+    write_record(tag, record2(tag, observed([0.0], [0.0])))
+    files.write_torch_zip(tag / "zero_pp_rank_1_mp_rank_00_optim_states.pt", {"fp32": files.Tensor((16,))})
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "unknown" and report["record"]["bound"] is False, report
+    # one that sorts before its own (a bf16 run's) is not told from its own changed: not that save's record
+    stale = tag / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    stale.rename(tag / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt")
     assert one(tmp_path / "run")[1]["record"] is None
 
 

@@ -90,10 +90,12 @@ def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCA
     binding = model_states_binding(file.name, directory.size, directory.members) \
         if directory is not None and directory.zip else None
     record = _record(tag, notes, store)
+    others: list[tuple[str, int, str | None]] = []
     if record is not None and binding is not None and "others" in record.get("bound_to", {}):
-        binding["others"] = _others(tag, file.name, store)
+        others = _other_stamps(tag, file.name, store)
+        binding["others"] = others_binding(others)
     if record is not None:
-        record = _this_saves(record, binding=binding, version=version, global_steps=global_steps,
+        record = _this_saves(record, binding=binding, others=others, version=version, global_steps=global_steps,
                              scheduler=record_data.scheduler_type(config), notes=notes)
     stepped = _optimizer_stepped(data)
     if stepped is None and global_steps == 0 and isinstance(iteration, int) and iteration >= 0:
@@ -102,9 +104,9 @@ def read_save(tag: PurePath, config_root: str | None = None, store: Store = LOCA
                 notes, stepped, model_identity(data), binding, config_file, number(data.get("skipped_steps")))
 
 
-def _others(tag: PurePath, bound_file: str, store: Store) -> dict[str, Any]:
-    """``bound_to["others"]`` of the tag folder as it is now: each other states file's size and members' digest,
-    read from its central directory alone (record_data's selection and format, the writer's)."""
+def _other_stamps(tag: PurePath, bound_file: str, store: Store) -> list[tuple[str, int, str | None]]:
+    """The tag folder's other states files as it is now, as ``bound_to["others"]`` digests them: each one's name,
+    size and members' digest, read from its central directory alone (record_data's selection, the writer's)."""
     files: list[tuple[str, int, str | None]] = []
     for name in other_states(store.names(tag), bound_file):
         try:
@@ -113,26 +115,26 @@ def _others(tag: PurePath, bound_file: str, store: Store) -> dict[str, Any]:
             files.append((name, -1, UNREADABLE))
             continue
         files.append((name, directory.size, members_digest(directory.members) if directory.zip else None))
-    return others_binding(files)
+    return files
 
 
-def _this_saves(record: dict[str, Any], *, binding: dict[str, Any] | None, version: str, global_steps: Any,
-                scheduler: str | None, notes: list[str]) -> dict[str, Any] | None:
+def _this_saves(record: dict[str, Any], *, binding: dict[str, Any] | None, others: list[tuple[str, int, str | None]],
+                version: str, global_steps: Any, scheduler: str | None, notes: list[str]) -> dict[str, Any] | None:
     """The record, if it can be this save's; else None and a note naming what disagrees. A record 2 must be bound
     to this very model-states file; every record must name this save's release, step count and scheduler class.
-    A record 2 that says it is unbound is kept, marked ``bound: False``: a claim, never proof."""
+    A record 2 that says it is unbound is kept, marked ``bound: False``: a claim, never proof; so is one whose files
+    are all here as it bound them, with states files it did not write beside them (``others``: the folder's)."""
     name = record["file"]
     problem = not_this_saves(record, binding, deepspeed=version, global_steps=global_steps, scheduler=scheduler)
-    if problem is not None and _beside_others(record, binding, version=version, global_steps=global_steps,
-                                              scheduler=scheduler):
-        # its writer wrote these very model states and no other states file (ZeRO 0, no pipeline: the weights are
-        # in them); those beside them now are another process's (a rerun of ZeRO 0 over a ZeRO 1/2 save leaves the
-        # earlier run's, a rank of a racing job writes its own): what the record says of its own process stands as
-        # a claim (a harm counts, a fix clears nothing), where ignoring it would judge the save as a process that
-        # left no record
-        beside = (binding or {}).get("others", {}).get("files")
-        notes.append(f"{name}: its writer wrote these model states and no other states file, and {beside} lie "
-                     "beside them now (another process's): what it says is a claim, not proof")
+    extra = _beside_its_own(record, binding, others, version=version, global_steps=global_steps,
+                            scheduler=scheduler) if problem is not None else None
+    if extra is not None:
+        # its writer wrote these very model states and its own other states files; the rest are another process's
+        # (a rerun of ZeRO 0 over a ZeRO 1/2 save, or of one rank over a save of two, leaves the earlier run's; a
+        # rank of a racing job writes its own): what the record says of its own process stands as a claim (a harm
+        # counts, a fix clears nothing), where ignoring it would judge the save as a process that left no record
+        notes.append(f"{name}: its writer wrote these model states and its own other states files, and {extra} "
+                     "more lie beside them now (another process's): what it says is a claim, not proof")
         record["bound"] = False
         return record
     if problem is not None:
@@ -144,15 +146,23 @@ def _this_saves(record: dict[str, Any], *, binding: dict[str, Any] | None, versi
     return record
 
 
-def _beside_others(record: dict[str, Any], binding: dict[str, Any] | None, **save: Any) -> bool:
-    """Whether all that keeps a record from being this save's is other states files beside its model states where
-    its writer wrote none: it names this save in every other way, and its model states are these very bytes."""
+def _beside_its_own(record: dict[str, Any], binding: dict[str, Any] | None,
+                    others: list[tuple[str, int, str | None]], **save: Any) -> int | None:
+    """How many states files its writer did not write lie beside its own, where that is all that keeps a record
+    from being this save's (it names this save in every other way, its model states are these very bytes, and the
+    first of the folder's other states files in name order, as many as it bound, are its own unchanged: one rank's
+    files sort before a later rank's); None where not. A one-rank writer binds the files it wrote alone
+    (binding.bound_from_own)."""
     bound_to = record.get("bound_to")
-    if binding is None or not isinstance(bound_to, dict) or not isinstance(bound_to.get("others"), dict) or \
-            bound_to["others"].get("files") != 0:
-        return False
-    return not_this_saves(record, {**binding, "others": bound_to["others"]}, deepspeed=save["version"],
-                          global_steps=save["global_steps"], scheduler=save["scheduler"]) is None
+    recorded = bound_to.get("others") if isinstance(bound_to, dict) else None
+    count = recorded.get("files") if isinstance(recorded, dict) else None
+    if binding is None or not isinstance(count, int) or isinstance(count, bool) or not 0 <= count < len(others):
+        return None
+    own = others_binding(sorted(others)[:count])
+    if own != recorded or not_this_saves(record, {**binding, "others": own}, deepspeed=save["version"],
+                                         global_steps=save["global_steps"], scheduler=save["scheduler"]) is not None:
+        return None
+    return len(others) - count
 
 
 def not_deepspeeds(save: Save) -> str | None:
