@@ -4,7 +4,8 @@ each engine's mode, or removed), the audit after every step, and the rule checke
 failing history is shrunk and kept in tests/histories_found.json, which every run replays first.
 
 Budget: CI runs ``AWP_HISTORIES`` histories (default 2) of ``AWP_HISTORY_STEPS`` steps (default 5) from the seed
-``AWP_HISTORY_SEED`` (default 0): about 12 engine runs in two children, 14 s on 0.15.2 on the 2-core machine.
+``AWP_HISTORY_SEED`` (default 0): 5 one-rank engine runs and 3 two-rank jobs, with the kept examples 45 s on 0.15.2
+(the development machine, 2026-12-06; 14 s before the search drew jobs).
 ``nox -s "histories(...)"`` runs a long search (200 histories of 8 steps, a seed from the clock unless given).
 """
 
