@@ -259,6 +259,28 @@ def binding_problem(recorded: Any, actual: dict[str, Any]) -> str:
             "a rerun, a race or a copy)")
 
 
+def beside_its_own(record: dict[str, Any], actual: dict[str, Any] | None, others: list[tuple[str, int, str | None]],
+                   *, deepspeed: str | None, global_steps: int | None, scheduler: str | None) -> int | None:
+    """How many states files its writer did not write lie beside its own, where that is all that keeps a record
+    from being this save's (not_this_saves names only the other states files): it names this save in every other
+    way, its model states are these very bytes, and the first of the folder's other states files in name order
+    (``others``: each one's name, size and members' digest, as read now), as many as it bound, are its own,
+    unchanged (one rank's files sort before a later rank's). None where not. A one-rank writer binds the files it
+    wrote alone (bound_from_own), so a rerun of ZeRO 0 over a ZeRO 1/2 save, or of one rank over a save of two,
+    leaves files of the earlier run beside its own: such a record is a claim, never proof, for the job (at a load)
+    and the audit alike."""
+    bound_to = record.get("bound_to")
+    recorded = bound_to.get("others") if isinstance(bound_to, dict) else None
+    count = recorded.get("files") if isinstance(recorded, dict) else None
+    if actual is None or not isinstance(count, int) or not 0 <= count < len(others):
+        return None
+    own = others_binding(sorted(others)[:count])
+    if own != recorded or not_this_saves(record, {**actual, "others": own}, deepspeed=deepspeed,
+                                         global_steps=global_steps, scheduler=scheduler) is not None:
+        return None
+    return len(others) - count
+
+
 def not_this_saves(record: dict[str, Any], actual: dict[str, Any] | None, *, deepspeed: str | None,
                    global_steps: int | None, scheduler: str | None) -> str | None:
     """Why a record (as ``record_data.valid_record`` returns it) is not this save's, or None where it can be: the one

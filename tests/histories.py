@@ -63,7 +63,6 @@ MODES = ("off", "reset", "warn")
 LOADS = ("whole", "no-optimizer", "no-scheduler")
 MODELS = {"a": 4, "b": 8}  # nn.Sequential(nn.Linear(4, N)): alike parameter names, other shapes
 CUSTOM_TAG = {"a": "epoch", "b": "critic"}  # a custom tag's prefix, by model: the step count follows
-TAGS = ("global", "custom")
 CONFIGS = ("dict", "absolute", "relative")
 EDITS = ("no-scheduler", "flat")
 REFERENCE_STEP0 = [0.0]  # 0.19.8's step 0 of each class below: warmup_min_lr, warmup_min_ratio times the lr

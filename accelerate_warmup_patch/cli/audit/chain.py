@@ -226,9 +226,8 @@ def apply_claim(report: Report, record: dict[str, Any]) -> None:
     claims clears nothing (it is bound to no file: a rerun or a copy leaves it beside other saves)."""
     scheduler = record["scheduler"]
     who = f"accelerate-warmup-patch {record['version']} ({record['mode']})"
-    kind = "a record 1 (0.5.0)" if record_data.is_record_1(record) else "an unbound record"
-    if _bound_to_a_file(record):
-        kind = "a record"
+    kind = "a record 1 (0.5.0)" if record_data.is_record_1(record) else \
+        "a record" if _bound_to_a_file(record) else "an unbound record"
     if scheduler is None:
         report.notes.append(f"{who} recorded no lr scheduler in the engine")
         return

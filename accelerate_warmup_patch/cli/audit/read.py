@@ -13,6 +13,7 @@ from typing import Any
 from ... import record_data
 from ...binding import (
     UNREADABLE,
+    beside_its_own,
     members_digest,
     model_states_binding,
     not_this_saves,
@@ -126,8 +127,8 @@ def _this_saves(record: dict[str, Any], *, binding: dict[str, Any] | None, other
     are all here as it bound them, with states files it did not write beside them (``others``: the folder's)."""
     name = record["file"]
     problem = not_this_saves(record, binding, deepspeed=version, global_steps=global_steps, scheduler=scheduler)
-    extra = _beside_its_own(record, binding, others, version=version, global_steps=global_steps,
-                            scheduler=scheduler) if problem is not None else None
+    extra = beside_its_own(record, binding, others, deepspeed=version, global_steps=global_steps,
+                           scheduler=scheduler) if problem is not None else None
     if extra is not None:
         # its writer wrote these very model states and its own other states files; the rest are another process's
         # (a rerun of ZeRO 0 over a ZeRO 1/2 save, or of one rank over a save of two, leaves the earlier run's; a
@@ -144,25 +145,6 @@ def _this_saves(record: dict[str, Any], *, binding: dict[str, Any] | None, other
     if record["record"] == record_data.RECORD and not record["bound"]:
         notes.append(f"{name}: unbound ({record['bound_to']['unbound']}): what it says is a claim, not proof")
     return record
-
-
-def _beside_its_own(record: dict[str, Any], binding: dict[str, Any] | None,
-                    others: list[tuple[str, int, str | None]], **save: Any) -> int | None:
-    """How many states files its writer did not write lie beside its own, where that is all that keeps a record
-    from being this save's (it names this save in every other way, its model states are these very bytes, and the
-    first of the folder's other states files in name order, as many as it bound, are its own unchanged: one rank's
-    files sort before a later rank's); None where not. A one-rank writer binds the files it wrote alone
-    (binding.bound_from_own)."""
-    bound_to = record.get("bound_to")
-    recorded = bound_to.get("others") if isinstance(bound_to, dict) else None
-    count = recorded.get("files") if isinstance(recorded, dict) else None
-    if binding is None or not isinstance(count, int) or isinstance(count, bool) or not 0 <= count < len(others):
-        return None
-    own = others_binding(sorted(others)[:count])
-    if own != recorded or not_this_saves(record, {**binding, "others": own}, deepspeed=save["version"],
-                                         global_steps=save["global_steps"], scheduler=save["scheduler"]) is not None:
-        return None
-    return len(others) - count
 
 
 def not_deepspeeds(save: Save) -> str | None:
