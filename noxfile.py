@@ -122,6 +122,15 @@ def _install_oracle(session: nox.Session, deepspeed: str) -> None:
                         f"deepspeed=={releases.BEHAVIOR_REFERENCE}")
 
 
+def _other_release(session: nox.Session, deepspeed: str) -> None:
+    """The reference release's code (_install_oracle's folder) made runnable beside the installed release, for the
+    run histories' release changes (tests/histories.py, AWP_HISTORY_OTHER_DEEPSPEED: that folder first on the path of
+    this venv's Python): its one dependency the buggy release lacks installed too. None on the reference itself."""
+    if deepspeed != releases.BEHAVIOR_REFERENCE:
+        session.install("einops")
+        session.env["AWP_HISTORY_OTHER_DEEPSPEED"] = str(Path(session.virtualenv.location) / "reference-deepspeed")
+
+
 def _own_ports(session: nox.Session, kind: str, index: int = 0) -> None:
     """A block of ports for this session's launches and servers (tests/ports.py), apart from any other
     session's, so that sessions running side by side never take each other's ports."""
@@ -167,6 +176,7 @@ def tests(session: nox.Session, deepspeed: str) -> None:
     # fsspec, s3fs and moto's server: tests/test_audit_store.py audits a bucket of a local S3 server
     session.install("pytest", "matplotlib", "fsspec", "s3fs", "moto[server]")
     _install_oracle(session, deepspeed)
+    _other_release(session, deepspeed)
     pytest = ["pytest", "-q", "-p", "no:cacheprovider", "--durations=8"]
     if session.posargs:
         session.run(*pytest, *session.posargs, env={"PYTHONUNBUFFERED": "1"})
@@ -200,6 +210,8 @@ def histories(session: nox.Session, deepspeed: str) -> None:
     _install_stack(session, deepspeed)
     _own_ports(session, "histories", tiers.TEST_DEEPSPEED.index(deepspeed))
     session.install("pytest")
+    _install_oracle(session, deepspeed)
+    _other_release(session, deepspeed)
     seed = os.environ.get("AWP_HISTORY_SEED") or str(int(time.time()))
     session.log(f"AWP_HISTORY_SEED={seed}")
     session.run("pytest", "-q", "-p", "no:cacheprovider", "-x", "tests/test_audit_histories.py", *session.posargs,

@@ -16,7 +16,16 @@ A history is a list of steps, plain data (JSON), each one of:
 - ``delete``: the folder's oldest save removed, where it has two or more;
 - ``edit``: the config file of the folder's runs given one by path rewritten after they ran (for the next experiment):
   its scheduler block removed, or its warmup made flat at the peak. The checkpoint's files do not change, nor does
-  the truth; a fact read outside them may make a verdict worse, never clear a run.
+  the truth; a fact read outside them may make a verdict worse, never clear a run;
+- ``job``: a fresh job of 1 to 3 ranks (torchrun, tests/children/history_job.py), each rank armed in its own mode,
+  through DeepSpeed's engine or accelerate's ``save_state`` (the tag ``pytorch_model``), into a new folder;
+- ``jobresume``: a job that resumes a folder's newest save (as many ranks as its ZeRO partitions, else the step's),
+  each rank in its own mode (a mode changed within the run), through accelerate where the save is accelerate's;
+- ``convert``: DeepSpeed's ds_to_universal run on a folder's newest save (``<tag>_universal``, its own engine).
+
+A job, a job's resume and a conversion run on the installed release or, where OTHER_DEEPSPEED names a folder of another
+release's code (noxfile.py: 0.19.8's beside 0.15.2), on that one: a run can start on one release and resume on the
+other.
 
 A run names its saves ``global_stepN`` (DeepSpeed's default) or by a custom tag (``epochN`` for model ``a``,
 ``criticN`` for ``b``), and gets its config as a dict, as an absolute path to a JSON file, or as a path relative to
@@ -46,12 +55,15 @@ lr than 0.19.8's (0.0); never ``affected`` where every save it weighs ran step 0
 every one of those descends from a reset start and was written by a reset process (each a record bound to it: a
 ``warn`` process applies none of the later backported changes, which a record without the scheduler's params cannot
 rule out; and a ZeRO 0 save over an earlier ZeRO 1/2 one leaves that run's optimizer-states file beside it, which its
-record does not bind, so the audit holds the record a claim); never ``unreadable``.
+record does not bind, so the audit holds the record a claim); never ``unreadable``. Excused: a ``not affected`` where
+nothing in the folder can tell that step 0 ran on another release (``_start_unseen``: the audit's documented
+assumption that the earliest save's release ran step 0).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 from collections.abc import Callable
@@ -73,7 +85,9 @@ SCHEDULERS: dict[str, dict[str, Any]] = {
     "WarmupCosineLR": {"warmup_min_ratio": 0.0, "cos_min_ratio": 0.1, "total_num_steps": 20, **_WARMUP},
 }
 STAGES = (0, 1, 2)
-JOB_STAGES = (0, 2)  # a two-rank job's: rank 1 writes no states file, or its optimizer partition
+JOB_STAGES = (0, 2)  # a job's: its later ranks write no states file, or each its optimizer partition
+JOB_RANKS = (1, 2, 2, 3)  # a job's ranks (one: a release change of a one-rank run)
+DRIVERS = ("engine", "engine", "accelerate")  # a job's: DeepSpeed's engine itself, or accelerate's save_state
 # what a step written before classes and stages were searched runs (tests/histories_found.json's older examples)
 DEFAULT_RUN = {"scheduler": "WarmupLR", "zero": 0, "model": "a", "tags": "global", "config": "dict"}
 Step = dict[str, Any]
@@ -81,16 +95,26 @@ Step = dict[str, Any]
 
 # The generator -----------------------------------------------------------------------------------------------------
 
-def history(rng: random.Random, length: int) -> list[Step]:
-    """A random history of ``length`` steps over the folders it makes (step 0 always starts one)."""
+def history(rng: random.Random, length: int, releases: tuple[str, ...] = ("installed",)) -> list[Step]:
+    """A random history of ``length`` steps over the folders it makes (step 0 always starts one); a job or a job's
+    resume runs on one of ``releases`` (``other``: another release's Python, other_python)."""
     steps: list[Step] = [{"op": "start", "mode": rng.choice(MODES), **_run_kind(rng)}]
     folders = 1
     while len(steps) < length:
-        op = rng.choice(("start", "resume", "resume", "rerun", "copy", "delete", "edit", "job"))
+        op = rng.choice(("start", "resume", "resume", "rerun", "copy", "delete", "edit", "job", "jobresume",
+                         "convert"))
         if op == "job":
-            steps.append({"op": op, "modes": [rng.choice(MODES), rng.choice(MODES)],
-                          "scheduler": rng.choice(sorted(SCHEDULERS)), "zero": rng.choice(JOB_STAGES)})
+            steps.append({"op": op, "modes": [rng.choice(MODES) for _ in range(rng.choice(JOB_RANKS))],
+                          "scheduler": rng.choice(sorted(SCHEDULERS)), "zero": rng.choice(JOB_STAGES),
+                          "release": rng.choice(releases), "driver": rng.choice(DRIVERS)})
             folders += 1
+        elif op == "jobresume":
+            into_new = rng.random() < 0.3
+            steps.append({"op": op, "run": rng.randrange(folders), "modes": [rng.choice(MODES) for _ in range(3)],
+                          "ranks": rng.choice(JOB_RANKS), "load": rng.choice(LOADS),
+                          "into": "new" if into_new else "same", "release": rng.choice(releases),
+                          "driver": rng.choice(DRIVERS)})
+            folders += into_new
         elif op == "start":
             steps.append({"op": op, "mode": rng.choice(MODES), **_run_kind(rng)})
             folders += 1
@@ -106,9 +130,30 @@ def history(rng: random.Random, length: int) -> list[Step]:
             steps.append({"op": op, "run": rng.randrange(folders), "mode": rng.choice(MODES), **_run_kind(rng)})
         elif op == "edit":
             steps.append({"op": op, "run": rng.randrange(folders), "how": rng.choice(EDITS)})
+        elif op == "convert":
+            steps.append({"op": op, "run": rng.randrange(folders), "release": rng.choice(releases)})
         else:
             steps.append({"op": op, "run": rng.randrange(folders)})
     return steps
+
+
+OTHER_DEEPSPEED = "AWP_HISTORY_OTHER_DEEPSPEED"  # a folder holding another release's ``deepspeed`` package
+
+
+def releases_here() -> tuple[str, ...]:
+    """The releases a history may run its jobs on here: the installed one, and another where a folder of its code is
+    given (OTHER_DEEPSPEED: noxfile.py's reference-deepspeed, 0.19.8 beside 0.15.2)."""
+    return ("installed", "other") if os.environ.get(OTHER_DEEPSPEED) else ("installed",)
+
+
+def in_release(release: str, env: dict[str, str]) -> None:
+    """``env`` made to run ``release`` ("other": OTHER_DEEPSPEED's code first on the path of this very Python, its
+    CPU ops compiled into a folder of its own: two releases' ops in one folder rebuild each other)."""
+    if release == "installed":
+        return
+    folder = Path(os.environ[OTHER_DEEPSPEED])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH", "")]))
+    env["TORCH_EXTENSIONS_DIR"] = str(folder.with_name(f"{folder.name}-torch_extensions"))
 
 
 def _run_kind(rng: random.Random) -> dict[str, Any]:
@@ -139,6 +184,10 @@ class Save:
     config_file: Path | None = None  # the file its engine was given by path, if any
     optim_files: int = 0  # the ZeRO optimizer-states files its tag folder holds (a rank's each: its own, or earlier)
     ranks: int = 1  # the ranks of the job that wrote it
+    release: str = "installed"  # the release that wrote it ("other": other_python's)
+    step0_release: str = "installed"  # the release its run's step 0 ran on
+    recorded: bool = True  # its writer (rank 0) was armed: it wrote a record, which carries the run's step 0 on
+    source: Save | None = None  # a universal checkpoint's: the save ds_to_universal converted (no record of its own)
 
 
 @dataclass
@@ -157,17 +206,22 @@ class World:
 
 # train(mode, save_dir, resume_from, load, steps, scheduler, zero, model, tag, config) -> each step's lrs
 Train = Callable[..., list[list[float]]]
-# job(modes, save_dir, scheduler, zero) -> each rank's lrs at its first step
+# job(modes, save_dir, scheduler, zero, model, tag, resume, release) -> each rank's lrs at its first step
 Job = Callable[..., list[list[float]]]
+# convert(source_tag_folder, universal_folder, release): ds_to_universal run on a save
+Convert = Callable[..., None]
 
 
-def play(step: Step, world: World, train: Train, job: Job) -> None:
-    """One step of a history, on real engines (``train``; ``job``: a two-rank job), and its truth in ``world``; a step
-    that does not apply to the folders as they are (a delete of a folder with one save) changes nothing."""
+def play(step: Step, world: World, train: Train, job: Job, convert: Convert) -> None:
+    """One step of a history, on real engines (``train``; ``job``: a job of one or more ranks launched by torchrun;
+    ``convert``: DeepSpeed's ds_to_universal), and its truth in ``world``; a step that does not apply to the folders
+    as they are (a delete of a folder with one save) changes nothing."""
     op = step["op"]
     if op == "job":
         world.folders.append({})
         _job(world, len(world.folders) - 1, step, job)
+    elif op == "jobresume":
+        _job_resume(world, step["run"] % len(world.folders), step, job)
     elif op == "start":
         world.folders.append({})
         _fresh(world, len(world.folders) - 1, step, train)
@@ -183,16 +237,21 @@ def play(step: Step, world: World, train: Train, job: Job) -> None:
         _delete_oldest(world, step["run"] % len(world.folders))
     elif op == "edit":
         _edit_configs(world, step["run"] % len(world.folders), step["how"])
+    elif op == "convert":
+        _convert(world, step["run"] % len(world.folders), step, convert)
 
 
 def tag_name(save: Save) -> str:
     """The tag a save of ``save.steps`` steps is written under (DeepSpeed's default, or the run's custom one)."""
+    if save.tags == "accelerate":
+        return "pytorch_model"  # accelerate's save_state: one tag, saved over
     return f"global_step{save.steps}" if save.tags == "global" else f"{CUSTOM_TAG[save.model]}{save.steps}"
 
 
 def _fresh(world: World, index: int, step: Step, train: Train) -> None:
     kind = {key: step.get(key, value) for key, value in DEFAULT_RUN.items()}
-    save = Save([], proven=step["mode"] == "reset", origin=world.starts + 1, fresh=True, **kind)
+    save = Save([], proven=step["mode"] == "reset", origin=world.starts + 1, fresh=True,
+                recorded=step["mode"] != "off", **kind)
     save.step0 = _train(world, save, train, mode=step["mode"], save_dir=world.path(index), resume_from=None,
                         load=None)[0]
     world.starts += 1
@@ -200,26 +259,57 @@ def _fresh(world: World, index: int, step: Step, train: Train) -> None:
 
 
 def _job(world: World, index: int, step: Step, job: Job) -> None:
-    """A fresh two-rank job, each rank armed in its own mode: its save's step 0 is a rank's that ran it at another lr
-    than 0.19.8's, if any; proven where every rank ran reset."""
-    firsts = job(modes=step["modes"], save_dir=world.path(index), scheduler=step["scheduler"], zero=step["zero"])
+    """A fresh job, each rank armed in its own mode: its save's step 0 is a rank's that ran it at another lr than
+    0.19.8's, if any; proven where every rank ran reset."""
+    release = step.get("release", "installed")
+    driver = step.get("driver", "engine")
+    firsts = job(modes=step["modes"], save_dir=world.path(index), scheduler=step["scheduler"], zero=step["zero"],
+                 release=release, driver=driver)
     step0 = next((lrs for lrs in firsts if not _same(lrs, REFERENCE_STEP0)), firsts[0])
     world.starts += 1
     _place(world, index, Save(step0, proven=all(mode == "reset" for mode in step["modes"]), origin=world.starts,
-                              fresh=True, scheduler=step["scheduler"], zero=step["zero"], ranks=len(firsts)))
+                              fresh=True, scheduler=step["scheduler"], zero=step["zero"], ranks=len(firsts),
+                              release=release, step0_release=release, recorded=step["modes"][0] != "off",
+                              tags="accelerate" if driver == "accelerate" else "global"))
+
+
+def _job_resume(world: World, source: int, step: Step, job: Job) -> None:
+    """A job that loads the folder's newest save, each rank armed in its own mode (a mode changed within the run),
+    of the save's own ranks where it holds ZeRO partitions (DeepSpeed loads them into as many), else of the step's,
+    on the step's release; it takes one step and saves into the same folder or a new one."""
+    loaded = world.folders[source][(world.path(source) / "latest").read_text().strip()]
+    ranks = loaded.ranks if loaded.zero > 0 else step["ranks"]
+    modes = step["modes"][:ranks]
+    target = source
+    if step["into"] == "new":
+        world.folders.append({})
+        target = len(world.folders) - 1
+    release = step.get("release", "installed")
+    save = Save(loaded.step0, proven=loaded.proven and all(mode == "reset" for mode in modes), origin=loaded.origin,
+                scheduler=loaded.scheduler, zero=loaded.zero, model=loaded.model, tags=loaded.tags,
+                steps=loaded.steps + 1, ranks=ranks, release=release, step0_release=loaded.step0_release,
+                recorded=modes[0] != "off")
+    # accelerate's load_state reads the tag pytorch_model: a save of accelerate's own, else the engine's
+    driver = step.get("driver", "engine") if loaded.tags == "accelerate" else "engine"
+    job(modes=modes, save_dir=world.path(target), scheduler=loaded.scheduler, zero=loaded.zero, model=loaded.model,
+        tag=None if loaded.tags == "global" else tag_name(save), resume={"from": str(world.path(source)),
+                                                                        "load": step["load"]},
+        release=release, driver=driver)
+    _place(world, target, save)
 
 
 def _resume(world: World, source: int, step: Step, train: Train) -> None:
     loaded = world.folders[source][(world.path(source) / "latest").read_text().strip()]
     if loaded.ranks > 1 and loaded.zero > 0:
-        return  # one rank cannot load two ranks' ZeRO partitions (DeepSpeed's universal checkpoint can: not searched)
+        return  # one rank cannot load several ranks' ZeRO partitions (a jobresume of as many ranks does)
     target = source
     if step["into"] == "new":
         world.folders.append({})
         target = len(world.folders) - 1
     save = Save(loaded.step0, proven=loaded.proven and step["mode"] == "reset", origin=loaded.origin,
                 scheduler=loaded.scheduler, zero=loaded.zero, model=loaded.model, tags=loaded.tags,
-                config=loaded.config, steps=loaded.steps + 1)
+                config=loaded.config, steps=loaded.steps + 1, step0_release=loaded.step0_release,
+                recorded=step["mode"] != "off")
     _train(world, save, train, mode=step["mode"], save_dir=world.path(target), resume_from=world.path(source),
            load=step["load"])
     _place(world, target, save)
@@ -263,6 +353,25 @@ def config_of(scheduler: str, zero: int) -> dict[str, Any]:
             "scheduler": {"type": scheduler, "params": dict(SCHEDULERS[scheduler])}}
 
 
+def _convert(world: World, index: int, step: Step, convert: Convert) -> None:
+    """The folder's newest save converted by ds_to_universal into ``<tag>_universal`` beside it (``latest_universal``
+    naming it), where it holds ZeRO 1/2 partitions and its config (ds_to_universal reads both); the copy holds that
+    save's model states and no record: proven where that save, itself proven, is still beside it (docs/audit.md,
+    "Converted saves")."""
+    saves = world.folders[index]
+    tag = (world.path(index) / "latest").read_text().strip()
+    source = saves[tag]
+    if source.zero == 0 or source.config != "dict":
+        return  # ds_to_universal reads ZeRO partitions, and refuses a ds_config that the engine was given by path
+    universal = f"{tag}_universal"
+    shutil.rmtree(world.path(index) / universal, ignore_errors=True)  # converted again: the old copy goes
+    convert(world.path(index) / tag, world.path(index) / universal, release=step.get("release", "installed"))
+    saves[universal] = Save(source.step0, proven=source.proven, origin=source.origin, scheduler=source.scheduler,
+                            zero=source.zero, model=source.model, tags="universal", steps=source.steps,
+                            ranks=source.ranks, release=source.release, step0_release=source.step0_release,
+                            recorded=False, source=source)
+
+
 def _delete_oldest(world: World, index: int) -> None:
     """The folder's oldest save removed (fewest steps), where it has two or more and ``latest`` does not name it."""
     saves = world.folders[index]
@@ -304,10 +413,12 @@ def broken(world: World, reports: dict[str, list[dict[str, Any]]]) -> list[str]:
 
 
 def _reported(saves: dict[str, Save], engine: str | None) -> dict[str, Save]:
-    """The saves a report speaks for: all of the folder's, its global_stepN tags (the audit's ``global_step*``), or
-    the one custom tag it names."""
+    """The saves a report speaks for: all of the folder's, the one tag it names (a custom tag, a universal
+    checkpoint), or its global_stepN tags (the audit's ``global_step*``)."""
     if engine is None:
         return saves
+    if engine in saves:
+        return {engine: saves[engine]}
     if engine.startswith("global_step"):
         return {tag: save for tag, save in saves.items() if save.tags == "global"}
     return {tag: save for tag, save in saves.items() if tag == engine}
@@ -323,18 +434,39 @@ def _judged(saves: dict[str, Save], own: dict[str, Save], report: dict[str, Any]
     hurt = [tag for tag, save in own.items() if not _same(save.step0, REFERENCE_STEP0)]
     if verdict == "unreadable":
         return [f"unreadable ({why})"]
-    if hurt and verdict == "not affected":
-        return [f"not affected, but {hurt[0]}'s step 0 ran at {own[hurt[0]].step0} ({why})"]
+    hurt_seen = [tag for tag in hurt if not _start_unseen(own[tag], kin)]
+    if hurt_seen and verdict == "not affected":
+        return [f"not affected, but {hurt_seen[0]}'s step 0 ran at {own[hurt_seen[0]].step0} ({why})"]
     if verdict == "affected" and all(_same(save.step0, REFERENCE_STEP0) for save in kin.values()) \
             and _origins_here(own, kin):
         return [f"affected, but every save's step 0 ran at {REFERENCE_STEP0} ({why})"]
-    if all(save.proven for save in kin.values()) and verdict != "not affected":
+    if all(_proven(save, saves) for save in kin.values()) and verdict != "not affected":
         return [f"{verdict}, but a bound record proves every save ({why})"]
     return []
 
 
+def _proven(save: Save, saves: dict[str, Save]) -> bool:
+    """Whether a bound record proves ``save``: its own, or (a universal checkpoint) that of the very save it was
+    converted from, still in the folder."""
+    if save.source is None:
+        return save.proven
+    return any(other is save.source for other in saves.values()) and save.source.proven
+
+
 def _named(report: dict[str, Any]) -> str:
     return f" ({report['engine']})" if report.get("engine") else ""
+
+
+def _start_unseen(save: Save, kin: dict[str, Save]) -> bool:
+    """Whether nothing in the folder can tell where ``save``'s run ran step 0: it ran on another release than the one
+    that wrote this save, and no save of its run here was written on that release or by an armed process (whose
+    record carries step 0 on). An unpatched resume on a fixed release, into a new folder (or with the folder's earlier
+    saves deleted), of a run whose step 0 ran unfixed on an older release leaves files that a fresh run on the fixed
+    release would leave too: the audit's ``not affected`` there is its documented assumption (docs/audit.md, "What
+    the search does not cover"), counted by the search, not a break it can be held to."""
+    return save.step0_release != save.release and not any(
+        other.origin == save.origin and (other.release == save.step0_release or other.recorded)
+        for other in kin.values())
 
 
 def _origins_here(own: dict[str, Save], kin: dict[str, Save]) -> bool:

@@ -41,15 +41,27 @@ def _kept() -> list[dict[str, Any]]:
     return json.loads(FOUND.read_text()) if FOUND.exists() else []
 
 
+def _needs_other_release(steps: list[histories.Step]) -> bool:
+    return any(step.get("release") == "other" for step in steps)
+
+
 def test_every_kept_history_keeps_the_rule(tmp_path: Path) -> None:
+    unplayed = []
     for example, kept in enumerate(_kept()):
+        if _needs_other_release(kept["steps"]) and "other" not in histories.releases_here():
+            unplayed.append(example)
+            continue
         assert _problems(kept["steps"], tmp_path / f"kept{example}") == [], kept
+    if unplayed:
+        pytest.skip(f"kept histories {unplayed} change the release and {histories.OTHER_DEEPSPEED} is not set "
+                    "(noxfile.py sets it on 0.15.2); "
+                    "the others kept the rule")
 
 
 @pytest.mark.parametrize("index", range(COUNT))
 def test_generated_histories_keep_the_rule(index: int, tmp_path: Path) -> None:
     rng = random.Random(SEED * 100_003 + index)
-    steps = histories.history(rng, LENGTH)
+    steps = histories.history(rng, LENGTH, histories.releases_here())
     problems = _problems(steps, tmp_path / "run")
     if not problems:
         return

@@ -78,6 +78,8 @@ TRANSFORMERS_TESTS = {
     "tests/test_audit_store.py": "a bucket holding a Trainer's run",
     "tests/test_quickstart.py": "the README's Trainer line",
     "tests/test_fresh_process.py": "the forked runs' server has imported torch and transformers",
+    "tests/test_audit_histories.py": "a history's jobs through accelerate, whose DeepSpeed plugin reads transformers' "
+                                     "version",
 }
 TEST_ACCELERATE = NEWEST_ACCELERATE
 TEST_TORCH = "2.13.0"

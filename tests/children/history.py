@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -62,22 +63,42 @@ def train(*, mode: str, save_dir: Path, resume_from: Path | None, load: str | No
         accelerate_warmup_patch.remove()
 
 
-def job(*, modes: list[str], save_dir: Path, scheduler: str, zero: int) -> list[list[float]]:
-    """A two-rank torchrun job (tests/children/history_job.py), each rank in its mode of ``modes``, saved into
-    ``save_dir``; each rank's lrs at its first step."""
+def job(*, modes: list[str], save_dir: Path, scheduler: str, zero: int, model: str = "a", tag: str | None = None,
+        resume: dict[str, str] | None = None, release: str = "installed", driver: str = "engine") -> list[list[float]]:
+    """A torchrun job of ``len(modes)`` ranks (tests/children/history_job.py), each rank in its mode of ``modes``, a
+    fresh engine or a resume (``resume``: the folder and how it loads), saved into ``save_dir`` (``tag``: None for
+    global_stepN), on the installed DeepSpeed or (``release`` "other") on histories.OTHER_DEEPSPEED's, through the
+    engine or accelerate (``driver``); each rank's lrs at its first step."""
     out = save_dir.parent / f"{save_dir.name}.ranks"
+    shutil.rmtree(out, ignore_errors=True)  # a later job into the same folder
     out.mkdir()
     # the launcher's own rank variables, not this process's one-rank ones; the patch armed by each rank alone
     env = {key: value for key, value in os.environ.items()
            if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
            and not key.startswith("ACCELERATE_WARMUP_PATCH")}
-    run = json.dumps({"modes": modes, "scheduler": scheduler, "zero": zero})
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                           str(ports.port(ports.HISTORY_JOB)), str(Path(__file__).with_name("history_job.py")),
-                           str(save_dir), str(out), run], env=env, capture_output=True, text=True, timeout=600)
+    histories.in_release(release, env)
+    run = json.dumps({"modes": modes, "scheduler": scheduler, "zero": zero, "model": model, "tag": tag,
+                      "resume": resume, "driver": driver})
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(len(modes)),
+                           "--master_port", str(ports.port(ports.HISTORY_JOB)),
+                           str(Path(__file__).with_name("history_job.py")), str(save_dir), str(out), run],
+                          env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
-        raise RuntimeError(f"the two-rank job failed: {proc.stderr[-3000:]}")
-    return [json.loads((out / f"rank{rank}.json").read_text())[0] for rank in (0, 1)]
+        raise RuntimeError(f"the job of {len(modes)} ranks failed: {proc.stderr[-3000:]}")
+    return [json.loads((out / f"rank{rank}.json").read_text())[0] for rank in range(len(modes))]
+
+
+def convert(source: Path, universal: Path, release: str = "installed") -> None:
+    """DeepSpeed's ds_to_universal run on the save ``source`` into ``universal``, on the installed release or on
+    histories.OTHER_DEEPSPEED's (``--inject_missing_state``: an engine's own save holds no universal_checkpoint_info,
+    which Megatron-DeepSpeed's client adds)."""
+    env = dict(os.environ)
+    histories.in_release(release, env)
+    proc = subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", str(source),
+                           "--output_folder", str(universal), "--inject_missing_state"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ds_to_universal failed: {proc.stderr[-3000:]}")
 
 
 def problems(steps: list[histories.Step], root: Path) -> list[str]:
@@ -86,7 +107,7 @@ def problems(steps: list[histories.Step], root: Path) -> list[str]:
     root.mkdir(parents=True)
     os.chdir(root)  # the runs' working folder: a relative config path is relative to it, for the job and the audit
     for number, step in enumerate(steps):
-        histories.play(step, world, train, job)
+        histories.play(step, world, train, job, convert)
         paths = [str(world.path(index)) for index in range(len(world.folders)) if world.path(index).exists()]
         found, _ = audit(paths)
         by_folder: dict[str, list[dict[str, Any]]] = {}

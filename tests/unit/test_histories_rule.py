@@ -70,15 +70,68 @@ def test_a_failing_history_shrinks_to_the_steps_that_fail() -> None:
 def test_histories_are_plain_data_of_the_steps_the_docs_name() -> None:
     steps = histories.history(random.Random(2), 40)
     assert steps[0]["op"] == "start" and {step["op"] for step in steps} <= {"start", "resume", "rerun", "copy",
-                                                                            "delete", "edit", "job"}
+                                                                            "delete", "edit", "job", "jobresume",
+                                                                            "convert"}
     assert all(step.get("mode", "off") in histories.MODES for step in steps)
 
 
 def test_a_two_rank_job_ran_step_0_as_its_worst_rank_did(tmp_path: Path) -> None:
     world = World(tmp_path)
     step = {"op": "job", "modes": ["reset", "off"], "scheduler": "WarmupLR", "zero": 2}
-    histories.play(step, world, lambda **_: [], lambda **_: [[0.0], [1e-3]])
+    histories.play(step, world, lambda **_: [], lambda **_: [[0.0], [1e-3]], lambda *_, **__: None)
     save = world.folders[0]["global_step2"]
     assert save.step0 == [1e-3] and not save.proven and save.ranks == 2 and save.optim_files == 2
-    histories.play({**step, "modes": ["reset", "reset"]}, world, lambda **_: [], lambda **_: [[0.0], [0.0]])
+    histories.play({**step, "modes": ["reset", "reset"]}, world, lambda **_: [], lambda **_: [[0.0], [0.0]],
+                   lambda *_, **__: None)
     assert world.folders[1]["global_step2"].proven
+
+
+def test_a_job_resume_loads_as_many_ranks_as_the_partitions_and_keeps_the_runs_step_0(tmp_path: Path) -> None:
+    world = World(tmp_path, [{"global_step2": Save([1e-3], proven=False, origin=1, fresh=True, zero=2, ranks=2)}])
+    (tmp_path / "run0").mkdir()
+    (tmp_path / "run0" / "latest").write_text("global_step2")
+    launched: list[dict[str, Any]] = []
+
+    def job(**run: Any) -> list[list[float]]:
+        launched.append(run)
+        return [[0.0]] * len(run["modes"])
+
+    step = {"op": "jobresume", "run": 0, "modes": ["reset", "reset", "off"], "ranks": 3, "load": "whole",
+            "into": "new", "release": "other"}
+    histories.play(step, world, lambda **_: [], job, lambda *_, **__: None)
+    assert [run["modes"] for run in launched] == [["reset", "reset"]]  # ZeRO 2 of 2 ranks: 2 ranks load it
+    resumed = world.folders[1]["global_step3"]
+    assert resumed.step0 == [1e-3] and resumed.ranks == 2 and not resumed.proven
+    assert (resumed.release, resumed.step0_release) == ("other", "installed")
+
+
+def test_a_not_affected_is_excused_only_where_the_folder_cannot_tell_where_step_0_ran(tmp_path: Path) -> None:
+    # an unpatched resume on another release, into a new folder, of a run hurt on the installed one
+    unseen = Save([1e-3], proven=False, origin=1, steps=3, release="other", recorded=False)
+    assert histories.broken(_world(tmp_path, unseen), _report(tmp_path, "not affected")) == []
+    # an armed writer's record carries step 0 on, and a save of the step-0 release tells it: no excuse
+    recorded = Save([1e-3], proven=False, origin=1, steps=3, release="other", recorded=True)
+    assert histories.broken(_world(tmp_path, recorded), _report(tmp_path, "not affected"))
+    beside = Save([1e-3], proven=False, origin=1, fresh=True, recorded=False)
+    assert histories.broken(_world(tmp_path, beside, unseen), _report(tmp_path, "not affected"))
+    same_release = Save([1e-3], proven=False, origin=1, steps=3, recorded=False)
+    assert histories.broken(_world(tmp_path, same_release), _report(tmp_path, "not affected"))
+
+
+def test_a_universal_checkpoint_is_its_own_engine_proven_only_beside_its_proven_source(tmp_path: Path) -> None:
+    source = Save([0.0], proven=True, origin=1, fresh=True, zero=2)
+    world = World(tmp_path, [{"global_step2": source}])
+    (tmp_path / "run0").mkdir()
+    (tmp_path / "run0" / "latest").write_text("global_step2")
+    converted: list[tuple[Any, ...]] = []
+    histories.play({"op": "convert", "run": 0}, world, lambda **_: [], lambda **_: [],
+                   lambda *args, **kwargs: converted.append((*args, kwargs["release"])))
+    assert converted == [(tmp_path / "run0" / "global_step2", tmp_path / "run0" / "global_step2_universal",
+                          "installed")]
+    unknown = {str(tmp_path / "run0"): [{"verdict": "unknown", "why": "", "engine": "global_step2_universal"}]}
+    assert "a bound record proves" in histories.broken(world, unknown)[0]
+    world.folders[0]["global_step2"] = Save([0.0], proven=True, origin=2, fresh=True, zero=2)  # a rerun over it
+    assert histories.broken(world, unknown) == []
+    hurt = {str(tmp_path / "run0"): [{"verdict": "not affected", "why": "", "engine": "global_step2_universal"}]}
+    world.folders[0]["global_step2_universal"].step0 = [1e-3]
+    assert "not affected, but global_step2_universal" in histories.broken(world, hurt)[0]
