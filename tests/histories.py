@@ -91,6 +91,7 @@ DRIVERS = ("engine", "engine", "accelerate")  # a job's: DeepSpeed's engine itse
 # what a step written before classes and stages were searched runs (tests/histories_found.json's older examples)
 DEFAULT_RUN = {"scheduler": "WarmupLR", "zero": 0, "model": "a", "tags": "global", "config": "dict"}
 Step = dict[str, Any]
+EXCUSED: list[str] = []  # each reading the rule excused (_start_unseen), for the search's count
 
 
 # The generator -----------------------------------------------------------------------------------------------------
@@ -187,6 +188,9 @@ class Save:
     release: str = "installed"  # the release that wrote it ("other": other_python's)
     step0_release: str = "installed"  # the release its run's step 0 ran on
     recorded: bool = True  # its writer (rank 0) was armed: it wrote a record, which carries the run's step 0 on
+    # nothing in it tells the release step 0 ran on: an unpatched resume on another release, or a save whose record's
+    # chain comes from one (the record of a resume names the loaded save's release where that save has no record)
+    lost: bool = False
     source: Save | None = None  # a universal checkpoint's: the save ds_to_universal converted (no record of its own)
 
 
@@ -208,8 +212,8 @@ class World:
 Train = Callable[..., list[list[float]]]
 # job(modes, save_dir, scheduler, zero, model, tag, resume, release) -> each rank's lrs at its first step
 Job = Callable[..., list[list[float]]]
-# convert(source_tag_folder, universal_folder, release): ds_to_universal run on a save
-Convert = Callable[..., None]
+# convert(source_tag_folder, universal_folder, release, may_fail) -> whether ds_to_universal converted the save
+Convert = Callable[..., bool]
 
 
 def play(step: Step, world: World, train: Train, job: Job, convert: Convert) -> None:
@@ -289,6 +293,7 @@ def _job_resume(world: World, source: int, step: Step, job: Job) -> None:
                 scheduler=loaded.scheduler, zero=loaded.zero, model=loaded.model, tags=loaded.tags,
                 steps=loaded.steps + 1, ranks=ranks, release=release, step0_release=loaded.step0_release,
                 recorded=modes[0] != "off")
+    save.lost = _lost(loaded, save)
     # accelerate's load_state reads the tag pytorch_model: a save of accelerate's own, else the engine's
     driver = step.get("driver", "engine") if loaded.tags == "accelerate" else "engine"
     job(modes=modes, save_dir=world.path(target), scheduler=loaded.scheduler, zero=loaded.zero, model=loaded.model,
@@ -310,9 +315,17 @@ def _resume(world: World, source: int, step: Step, train: Train) -> None:
                 scheduler=loaded.scheduler, zero=loaded.zero, model=loaded.model, tags=loaded.tags,
                 config=loaded.config, steps=loaded.steps + 1, step0_release=loaded.step0_release,
                 recorded=step["mode"] != "off")
+    save.lost = _lost(loaded, save)
     _train(world, save, train, mode=step["mode"], save_dir=world.path(target), resume_from=world.path(source),
            load=step["load"])
     _place(world, target, save)
+
+
+def _lost(loaded: Save, save: Save) -> bool:
+    """Whether a resume's ``save`` of ``loaded`` tells nothing of the release its run's step 0 ran on: its writer,
+    armed, hands on the loaded save's chain (lost where that one's is); unarmed, it leaves no record, and the audit
+    reads its own release, wrong where step 0 ran on another."""
+    return loaded.lost or (not save.recorded and save.release != save.step0_release)
 
 
 def _place(world: World, index: int, save: Save) -> None:
@@ -365,11 +378,16 @@ def _convert(world: World, index: int, step: Step, convert: Convert) -> None:
         return  # ds_to_universal reads ZeRO partitions, and refuses a ds_config that the engine was given by path
     universal = f"{tag}_universal"
     shutil.rmtree(world.path(index) / universal, ignore_errors=True)  # converted again: the old copy goes
-    convert(world.path(index) / tag, world.path(index) / universal, release=step.get("release", "installed"))
+    saves.pop(universal, None)
+    # ds_to_universal merges every partition in the tag: another run's left beside this one's (a rerun of fewer
+    # ranks over it) makes it fail, its partial output left in place (no model states, no latest_universal)
+    if not convert(world.path(index) / tag, world.path(index) / universal, release=step.get("release", "installed"),
+                   may_fail=source.optim_files > (source.ranks if source.zero > 0 else 0)):
+        return
     saves[universal] = Save(source.step0, proven=source.proven, origin=source.origin, scheduler=source.scheduler,
                             zero=source.zero, model=source.model, tags="universal", steps=source.steps,
                             ranks=source.ranks, release=source.release, step0_release=source.step0_release,
-                            recorded=False, source=source)
+                            recorded=False, source=source, lost=source.lost)
 
 
 def _delete_oldest(world: World, index: int) -> None:
@@ -435,6 +453,8 @@ def _judged(saves: dict[str, Save], own: dict[str, Save], report: dict[str, Any]
     if verdict == "unreadable":
         return [f"unreadable ({why})"]
     hurt_seen = [tag for tag in hurt if not _start_unseen(own[tag], kin)]
+    if verdict == "not affected" and len(hurt_seen) < len(hurt):
+        EXCUSED.append(f"not affected for {sorted(set(hurt) - set(hurt_seen))}: {why}")
     if hurt_seen and verdict == "not affected":
         return [f"not affected, but {hurt_seen[0]}'s step 0 ran at {own[hurt_seen[0]].step0} ({why})"]
     if verdict == "affected" and all(_same(save.step0, REFERENCE_STEP0) for save in kin.values()) \
@@ -458,15 +478,13 @@ def _named(report: dict[str, Any]) -> str:
 
 
 def _start_unseen(save: Save, kin: dict[str, Save]) -> bool:
-    """Whether nothing in the folder can tell where ``save``'s run ran step 0: it ran on another release than the one
-    that wrote this save, and no save of its run here was written on that release or by an armed process (whose
-    record carries step 0 on). An unpatched resume on a fixed release, into a new folder (or with the folder's earlier
+    """Whether nothing in the folder can tell where ``save``'s run ran step 0: it is lost (Save.lost), and so is every
+    save of its run here. An unpatched resume on a fixed release, into a new folder (or with the folder's earlier
     saves deleted), of a run whose step 0 ran unfixed on an older release leaves files that a fresh run on the fixed
-    release would leave too: the audit's ``not affected`` there is its documented assumption (docs/audit.md, "What
-    the search does not cover"), counted by the search, not a break it can be held to."""
-    return save.step0_release != save.release and not any(
-        other.origin == save.origin and (other.release == save.step0_release or other.recorded)
-        for other in kin.values())
+    release would leave too, and a patched resume of it hands that reading on: the audit's ``not affected`` there is
+    its documented assumption (docs/audit.md, "What each verdict assumes", 6), counted by the search, not a break it
+    can be held to."""
+    return save.lost and all(other.lost for other in kin.values() if other.origin == save.origin)
 
 
 def _origins_here(own: dict[str, Save], kin: dict[str, Save]) -> bool:

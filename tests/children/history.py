@@ -88,17 +88,19 @@ def job(*, modes: list[str], save_dir: Path, scheduler: str, zero: int, model: s
     return [json.loads((out / f"rank{rank}.json").read_text())[0] for rank in range(len(modes))]
 
 
-def convert(source: Path, universal: Path, release: str = "installed") -> None:
+def convert(source: Path, universal: Path, release: str = "installed", may_fail: bool = False) -> bool:
     """DeepSpeed's ds_to_universal run on the save ``source`` into ``universal``, on the installed release or on
     histories.OTHER_DEEPSPEED's (``--inject_missing_state``: an engine's own save holds no universal_checkpoint_info,
-    which Megatron-DeepSpeed's client adds)."""
+    which Megatron-DeepSpeed's client adds); whether it converted it (``may_fail``: a failure is expected, else it
+    raises)."""
     env = dict(os.environ)
     histories.in_release(release, env)
     proc = subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", str(source),
                            "--output_folder", str(universal), "--inject_missing_state"],
                           env=env, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
+    if proc.returncode != 0 and not may_fail:
         raise RuntimeError(f"ds_to_universal failed: {proc.stderr[-3000:]}")
+    return proc.returncode == 0
 
 
 def problems(steps: list[histories.Step], root: Path) -> list[str]:
@@ -120,4 +122,7 @@ def problems(steps: list[histories.Step], root: Path) -> list[str]:
 
 
 print("RESULT " + json.dumps(problems(json.loads(sys.argv[1]), Path(sys.argv[2]))), flush=True)
+if histories.EXCUSED and os.environ.get("AWP_HISTORY_EXCUSED"):  # a search's count of the excused readings
+    with open(os.environ["AWP_HISTORY_EXCUSED"], "a") as log:
+        log.writelines(f"{sys.argv[2]}: {line}\n" for line in histories.EXCUSED)
 harness._tear_down()

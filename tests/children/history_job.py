@@ -37,14 +37,19 @@ from rank_end import end_rank
 # isort: on
 
 
+def what_loads(resume: dict[str, str]) -> dict[str, bool]:
+    """The engine's load_checkpoint arguments for a resume's ``load`` (tests/histories.py's LOADS)."""
+    return {"load_optimizer_states": resume["load"] != "no-optimizer",
+            "load_lr_scheduler_states": resume["load"] != "no-scheduler"}
+
+
 def by_engine(config: dict[str, Any], module: Any,
               resume: dict[str, str] | None) -> tuple[Any, Callable[[], None], Callable[[], None]]:
     """DeepSpeed's own engine (resumed from ``resume``'s folder, its ``latest``), and its save."""
     deepspeed.init_distributed(dist_backend="gloo")
     engine, _, _, _ = deepspeed.initialize(model=module, model_parameters=list(module.parameters()), config=config)
     if resume is not None:
-        engine.load_checkpoint(resume["from"], load_optimizer_states=resume["load"] != "no-optimizer",
-                               load_lr_scheduler_states=resume["load"] != "no-scheduler")
+        engine.load_checkpoint(resume["from"], **what_loads(resume))
 
     def step() -> None:
         engine.backward(engine(torch.randn(2, 4)).pow(2).mean())
@@ -67,8 +72,7 @@ def by_accelerate(config: dict[str, Any], module: Any,
     optimizer = DummyOptim(list(module.parameters()), lr=config["optimizer"]["params"]["lr"])
     model, optimizer, scheduler = accelerator.prepare(module, optimizer, DummyScheduler(optimizer))
     if resume is not None:
-        accelerator.load_state(resume["from"], load_optimizer_states=resume["load"] != "no-optimizer",
-                               load_lr_scheduler_states=resume["load"] != "no-scheduler")
+        accelerator.load_state(resume["from"], **what_loads(resume))  # passed on to the engine's load_checkpoint
 
     def step() -> None:
         accelerator.backward(model(torch.randn(2, 4)).pow(2).mean())

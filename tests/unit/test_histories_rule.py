@@ -78,11 +78,11 @@ def test_histories_are_plain_data_of_the_steps_the_docs_name() -> None:
 def test_a_two_rank_job_ran_step_0_as_its_worst_rank_did(tmp_path: Path) -> None:
     world = World(tmp_path)
     step = {"op": "job", "modes": ["reset", "off"], "scheduler": "WarmupLR", "zero": 2}
-    histories.play(step, world, lambda **_: [], lambda **_: [[0.0], [1e-3]], lambda *_, **__: None)
+    histories.play(step, world, lambda **_: [], lambda **_: [[0.0], [1e-3]], lambda *_, **__: True)
     save = world.folders[0]["global_step2"]
     assert save.step0 == [1e-3] and not save.proven and save.ranks == 2 and save.optim_files == 2
     histories.play({**step, "modes": ["reset", "reset"]}, world, lambda **_: [], lambda **_: [[0.0], [0.0]],
-                   lambda *_, **__: None)
+                   lambda *_, **__: True)
     assert world.folders[1]["global_step2"].proven
 
 
@@ -98,7 +98,7 @@ def test_a_job_resume_loads_as_many_ranks_as_the_partitions_and_keeps_the_runs_s
 
     step = {"op": "jobresume", "run": 0, "modes": ["reset", "reset", "off"], "ranks": 3, "load": "whole",
             "into": "new", "release": "other"}
-    histories.play(step, world, lambda **_: [], job, lambda *_, **__: None)
+    histories.play(step, world, lambda **_: [], job, lambda *_, **__: True)
     assert [run["modes"] for run in launched] == [["reset", "reset"]]  # ZeRO 2 of 2 ranks: 2 ranks load it
     resumed = world.folders[1]["global_step3"]
     assert resumed.step0 == [1e-3] and resumed.ranks == 2 and not resumed.proven
@@ -106,16 +106,24 @@ def test_a_job_resume_loads_as_many_ranks_as_the_partitions_and_keeps_the_runs_s
 
 
 def test_a_not_affected_is_excused_only_where_the_folder_cannot_tell_where_step_0_ran(tmp_path: Path) -> None:
-    # an unpatched resume on another release, into a new folder, of a run hurt on the installed one
+    origin = Save([1e-3], proven=False, origin=1, fresh=True, recorded=False)
+    # an unpatched resume on another release of a run hurt on the installed one: lost
     unseen = Save([1e-3], proven=False, origin=1, steps=3, release="other", recorded=False)
+    unseen.lost = histories._lost(origin, unseen)
+    assert unseen.lost
     assert histories.broken(_world(tmp_path, unseen), _report(tmp_path, "not affected")) == []
-    # an armed writer's record carries step 0 on, and a save of the step-0 release tells it: no excuse
-    recorded = Save([1e-3], proven=False, origin=1, steps=3, release="other", recorded=True)
-    assert histories.broken(_world(tmp_path, recorded), _report(tmp_path, "not affected"))
-    beside = Save([1e-3], proven=False, origin=1, fresh=True, recorded=False)
-    assert histories.broken(_world(tmp_path, beside, unseen), _report(tmp_path, "not affected"))
-    same_release = Save([1e-3], proven=False, origin=1, steps=3, recorded=False)
-    assert histories.broken(_world(tmp_path, same_release), _report(tmp_path, "not affected"))
+    # a patched resume of it hands the wrong release on (its record names the loaded save's): lost too
+    handed = Save([1e-3], proven=False, origin=1, steps=4, recorded=True)
+    handed.lost = histories._lost(unseen, handed)
+    assert histories.broken(_world(tmp_path, unseen, handed), _report(tmp_path, "not affected")) == []
+    # the run's first save beside them tells it: no excuse
+    assert histories.broken(_world(tmp_path, origin, unseen), _report(tmp_path, "not affected"))
+    # an armed resume on the other release records the loaded save's release; an unarmed one on the same release
+    # leaves the release that ran step 0 in its file
+    for release, recorded in (("other", True), ("installed", False)):
+        told = Save([1e-3], proven=False, origin=1, steps=3, release=release, recorded=recorded)
+        told.lost = histories._lost(origin, told)
+        assert histories.broken(_world(tmp_path, told), _report(tmp_path, "not affected"))
 
 
 def test_a_universal_checkpoint_is_its_own_engine_proven_only_beside_its_proven_source(tmp_path: Path) -> None:
@@ -124,10 +132,18 @@ def test_a_universal_checkpoint_is_its_own_engine_proven_only_beside_its_proven_
     (tmp_path / "run0").mkdir()
     (tmp_path / "run0" / "latest").write_text("global_step2")
     converted: list[tuple[Any, ...]] = []
-    histories.play({"op": "convert", "run": 0}, world, lambda **_: [], lambda **_: [],
-                   lambda *args, **kwargs: converted.append((*args, kwargs["release"])))
+
+    def convert(*args: Any, **kwargs: Any) -> bool:
+        converted.append((*args, kwargs["release"]))
+        return True
+
+    histories.play({"op": "convert", "run": 0}, world, lambda **_: [], lambda **_: [], convert)
     assert converted == [(tmp_path / "run0" / "global_step2", tmp_path / "run0" / "global_step2_universal",
                           "installed")]
+    failed = World(tmp_path, [{"global_step2": Save([0.0], proven=True, zero=2, optim_files=2)}])  # another run's
+    histories.play({"op": "convert", "run": 0}, failed, lambda **_: [], lambda **_: [],
+                   lambda *_, **kwargs: not kwargs["may_fail"])
+    assert list(failed.folders[0]) == ["global_step2"]  # ds_to_universal failed on the extra partition: no copy
     unknown = {str(tmp_path / "run0"): [{"verdict": "unknown", "why": "", "engine": "global_step2_universal"}]}
     assert "a bound record proves" in histories.broken(world, unknown)[0]
     world.folders[0]["global_step2"] = Save([0.0], proven=True, origin=2, fresh=True, zero=2)  # a rerun over it
