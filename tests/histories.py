@@ -20,7 +20,8 @@ A history is a list of steps, plain data (JSON), each one of:
 - ``job``: a fresh job of 1 to 3 ranks (torchrun, tests/children/history_job.py), each rank armed in its own mode,
   through DeepSpeed's engine or accelerate's ``save_state`` (the tag ``pytorch_model``), into a new folder;
 - ``jobresume``: a job that resumes a folder's newest save (as many ranks as its ZeRO partitions, else the step's),
-  each rank in its own mode (a mode changed within the run), through accelerate where the save is accelerate's;
+  each rank in its own mode (a mode changed within the run), through accelerate where the save is accelerate's, or
+  the folder's universal checkpoint into the step's ranks;
 - ``convert``: DeepSpeed's ds_to_universal run on a folder's newest save (``<tag>_universal``, its own engine).
 
 A job, a job's resume and a conversion run on the installed release or, where OTHER_DEEPSPEED names a folder of another
@@ -112,7 +113,7 @@ def history(rng: random.Random, length: int, releases: tuple[str, ...] = ("insta
         elif op == "jobresume":
             into_new = rng.random() < 0.3
             steps.append({"op": op, "run": rng.randrange(folders), "modes": [rng.choice(MODES) for _ in range(3)],
-                          "ranks": rng.choice(JOB_RANKS), "load": rng.choice(LOADS),
+                          "ranks": rng.choice(JOB_RANKS), "load": rng.choice((*LOADS, "universal")),
                           "into": "new" if into_new else "same", "release": rng.choice(releases),
                           "driver": rng.choice(DRIVERS)})
             folders += into_new
@@ -280,27 +281,39 @@ def _job(world: World, index: int, step: Step, job: Job) -> None:
 def _job_resume(world: World, source: int, step: Step, job: Job) -> None:
     """A job that loads the folder's newest save, each rank armed in its own mode (a mode changed within the run),
     of the save's own ranks where it holds ZeRO partitions (DeepSpeed loads them into as many), else of the step's,
-    on the step's release; it takes one step and saves into the same folder or a new one."""
-    loaded = world.folders[source][(world.path(source) / "latest").read_text().strip()]
-    ranks = loaded.ranks if loaded.zero > 0 else step["ranks"]
+    on the step's release; it takes one step and saves into the same folder or a new one. A ``universal`` load
+    reads the universal checkpoint ``latest_universal`` names (``checkpoint.load_universal``) into any number of
+    ranks, where the folder has one (else the newest save, whole)."""
+    loaded, load = _universal_named(world, source), step["load"]
+    if load != "universal" or loaded is None:
+        loaded, load = world.folders[source][(world.path(source) / "latest").read_text().strip()], \
+            ("whole" if load == "universal" else load)
+    ranks = loaded.ranks if loaded.zero > 0 and load != "universal" else step["ranks"]
     modes = step["modes"][:ranks]
+    proven = _proven(loaded, world.folders[source])
     target = source
     if step["into"] == "new":
         world.folders.append({})
         target = len(world.folders) - 1
     release = step.get("release", "installed")
-    save = Save(loaded.step0, proven=loaded.proven and all(mode == "reset" for mode in modes), origin=loaded.origin,
-                scheduler=loaded.scheduler, zero=loaded.zero, model=loaded.model, tags=loaded.tags,
+    tags = loaded.source.tags if loaded.source is not None else loaded.tags
+    save = Save(loaded.step0, proven=proven and all(mode == "reset" for mode in modes), origin=loaded.origin,
+                scheduler=loaded.scheduler, zero=loaded.zero, model=loaded.model, tags=tags,
                 steps=loaded.steps + 1, ranks=ranks, release=release, step0_release=loaded.step0_release,
                 recorded=modes[0] != "off")
     save.lost = _lost(loaded, save)
     # accelerate's load_state reads the tag pytorch_model: a save of accelerate's own, else the engine's
     driver = step.get("driver", "engine") if loaded.tags == "accelerate" else "engine"
     job(modes=modes, save_dir=world.path(target), scheduler=loaded.scheduler, zero=loaded.zero, model=loaded.model,
-        tag=None if loaded.tags == "global" else tag_name(save), resume={"from": str(world.path(source)),
-                                                                        "load": step["load"]},
+        tag=None if tags == "global" else tag_name(save), resume={"from": str(world.path(source)), "load": load},
         release=release, driver=driver)
     _place(world, target, save)
+
+
+def _universal_named(world: World, index: int) -> Save | None:
+    """The universal checkpoint the folder's ``latest_universal`` names, where it holds one (its conversion ran)."""
+    named = world.path(index) / "latest_universal"
+    return world.folders[index].get(named.read_text().strip()) if named.exists() else None
 
 
 def _resume(world: World, source: int, step: Step, train: Train) -> None:

@@ -1,11 +1,11 @@
 """One rank of a job of a run history (tests/histories.py's ``job`` and ``jobresume`` steps, launched by torchrun
-from tests/children/history.py, on the installed DeepSpeed or on another release's Python): ``history_job.py SAVE_DIR
+from tests/children/history.py, on the installed DeepSpeed or on another release's code): ``history_job.py SAVE_DIR
 OUT RUN_JSON``, RUN_JSON ``{"modes": [each rank's], "scheduler": ..., "zero": ..., "model": "a", "tag": null,
-"resume": null or {"from": FOLDER, "load": "whole" | "no-optimizer" | "no-scheduler"}, "driver": "engine" |
-"accelerate"}``. Each rank arms the patch in its own mode (``off``: removed), trains a fresh engine two steps (or
-loads FOLDER's newest save and trains one), saves into SAVE_DIR (DeepSpeed's global_stepN, or ``tag``; through
-accelerate, its ``save_state``: the tag ``pytorch_model``), and writes the lrs its own optimizer used at each step to
-OUT/rank<r>.json."""
+"resume": null or {"from": FOLDER, "load": "whole" | "no-optimizer" | "no-scheduler" | "universal"},
+"driver": "engine" | "accelerate"}``. Each rank arms the patch in its own mode (``off``: removed), trains a fresh
+engine two steps (or loads FOLDER's newest save, or its universal checkpoint, and trains one), saves into SAVE_DIR
+(DeepSpeed's global_stepN, or ``tag``; through accelerate, its ``save_state``: the tag ``pytorch_model``), and writes
+the lrs its own optimizer used at each step to OUT/rank<r>.json."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ from rank_end import end_rank
 
 
 def what_loads(resume: dict[str, str]) -> dict[str, bool]:
-    """The engine's load_checkpoint arguments for a resume's ``load`` (tests/histories.py's LOADS)."""
+    """The engine's load_checkpoint arguments for a resume's ``load`` (tests/histories.py's LOADS, or "universal":
+    whole)."""
     return {"load_optimizer_states": resume["load"] != "no-optimizer",
             "load_lr_scheduler_states": resume["load"] != "no-scheduler"}
 
@@ -90,7 +91,10 @@ torch.manual_seed(0)
 module = torch.nn.Sequential(torch.nn.Linear(4, histories.MODELS[RUN.get("model", "a")]))
 resume = RUN.get("resume")
 build = by_accelerate if RUN.get("driver") == "accelerate" else by_engine
-engine, step, save = build(histories.config_of(RUN["scheduler"], RUN["zero"]), module, resume)
+config = histories.config_of(RUN["scheduler"], RUN["zero"])
+if resume is not None and resume["load"] == "universal":
+    config["checkpoint"] = {"load_universal": True}  # load_checkpoint reads the tag latest_universal names
+engine, step, save = build(config, module, resume)
 seen = StepLrs(torch_optimizer(engine))
 for _ in range(1 if resume is not None else 2):
     step()
