@@ -63,6 +63,7 @@ assumption that the earliest save's release ran step 0).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -99,7 +100,7 @@ EXCUSED: list[str] = []  # each reading the rule excused (_start_unseen), for th
 
 def history(rng: random.Random, length: int, releases: tuple[str, ...] = ("installed",)) -> list[Step]:
     """A random history of ``length`` steps over the folders it makes (step 0 always starts one); a job or a job's
-    resume runs on one of ``releases`` (``other``: another release's Python, other_python)."""
+    resume runs on one of ``releases`` (``other``: another release's code, OTHER_DEEPSPEED)."""
     steps: list[Step] = [{"op": "start", "mode": rng.choice(MODES), **_run_kind(rng)}]
     folders = 1
     while len(steps) < length:
@@ -186,13 +187,24 @@ class Save:
     config_file: Path | None = None  # the file its engine was given by path, if any
     optim_files: int = 0  # the ZeRO optimizer-states files its tag folder holds (a rank's each: its own, or earlier)
     ranks: int = 1  # the ranks of the job that wrote it
-    release: str = "installed"  # the release that wrote it ("other": other_python's)
+    release: str = "installed"  # the release that wrote it ("other": OTHER_DEEPSPEED's)
     step0_release: str = "installed"  # the release its run's step 0 ran on
     recorded: bool = True  # its writer (rank 0) was armed: it wrote a record, which carries the run's step 0 on
     # nothing in it tells the release step 0 ran on: an unpatched resume on another release, or a save whose record's
     # chain comes from one (the record of a resume names the loaded save's release where that save has no record)
     lost: bool = False
     source: Save | None = None  # a universal checkpoint's: the save ds_to_universal converted (no record of its own)
+
+    @property
+    def partitions(self) -> int:
+        """The ZeRO optimizer-states files its own job wrote into its tag: one a rank, none under ZeRO 0."""
+        return self.ranks if self.zero > 0 else 0
+
+    @property
+    def beside_others(self) -> bool:
+        """Whether its tag holds optimizer-states files of an earlier run beside its own (which its record does not
+        bind, and which ds_to_universal fails on)."""
+        return self.optim_files > self.partitions
 
 
 @dataclass
@@ -286,15 +298,11 @@ def _job_resume(world: World, source: int, step: Step, job: Job) -> None:
     ranks, where the folder has one (else the newest save, whole)."""
     loaded, load = _universal_named(world, source), step["load"]
     if load != "universal" or loaded is None:
-        loaded, load = world.folders[source][(world.path(source) / "latest").read_text().strip()], \
-            ("whole" if load == "universal" else load)
+        loaded, load = world.folders[source][newest(world, source)], ("whole" if load == "universal" else load)
     ranks = loaded.ranks if loaded.zero > 0 and load != "universal" else step["ranks"]
     modes = step["modes"][:ranks]
     proven = _proven(loaded, world.folders[source])
-    target = source
-    if step["into"] == "new":
-        world.folders.append({})
-        target = len(world.folders) - 1
+    target = _target(world, source, step)
     release = step.get("release", "installed")
     tags = loaded.source.tags if loaded.source is not None else loaded.tags
     save = Save(loaded.step0, proven=proven and all(mode == "reset" for mode in modes), origin=loaded.origin,
@@ -310,6 +318,19 @@ def _job_resume(world: World, source: int, step: Step, job: Job) -> None:
     _place(world, target, save)
 
 
+def newest(world: World, index: int) -> str:
+    """The tag the folder's ``latest`` names: the save a resume loads."""
+    return (world.path(index) / "latest").read_text().strip()
+
+
+def _target(world: World, source: int, step: Step) -> int:
+    """The folder a resume of ``source`` saves into: the same one, or a new one (``into``)."""
+    if step["into"] != "new":
+        return source
+    world.folders.append({})
+    return len(world.folders) - 1
+
+
 def _universal_named(world: World, index: int) -> Save | None:
     """The universal checkpoint the folder's ``latest_universal`` names, where it holds one (its conversion ran)."""
     named = world.path(index) / "latest_universal"
@@ -317,13 +338,10 @@ def _universal_named(world: World, index: int) -> Save | None:
 
 
 def _resume(world: World, source: int, step: Step, train: Train) -> None:
-    loaded = world.folders[source][(world.path(source) / "latest").read_text().strip()]
+    loaded = world.folders[source][newest(world, source)]
     if loaded.ranks > 1 and loaded.zero > 0:
         return  # one rank cannot load several ranks' ZeRO partitions (a jobresume of as many ranks does)
-    target = source
-    if step["into"] == "new":
-        world.folders.append({})
-        target = len(world.folders) - 1
+    target = _target(world, source, step)
     save = Save(loaded.step0, proven=loaded.proven and step["mode"] == "reset", origin=loaded.origin,
                 scheduler=loaded.scheduler, zero=loaded.zero, model=loaded.model, tags=loaded.tags,
                 config=loaded.config, steps=loaded.steps + 1, step0_release=loaded.step0_release,
@@ -348,8 +366,8 @@ def _place(world: World, index: int, save: Save) -> None:
     a claim: it proves nothing, and nor does a record of a later resume of it)."""
     tag = tag_name(save)
     earlier = world.folders[index].get(tag)
-    save.optim_files = max(save.ranks if save.zero > 0 else 0, earlier.optim_files if earlier is not None else 0)
-    if save.optim_files > (save.ranks if save.zero > 0 else 0):
+    save.optim_files = max(save.partitions, earlier.optim_files if earlier is not None else 0)
+    if save.beside_others:
         save.proven = False
     world.folders[index][tag] = save
 
@@ -385,7 +403,7 @@ def _convert(world: World, index: int, step: Step, convert: Convert) -> None:
     save's model states and no record: proven where that save, itself proven, is still beside it (docs/audit.md,
     "Converted saves")."""
     saves = world.folders[index]
-    tag = (world.path(index) / "latest").read_text().strip()
+    tag = newest(world, index)
     source = saves[tag]
     if source.zero == 0 or source.config != "dict":
         return  # ds_to_universal reads ZeRO partitions, and refuses a ds_config that the engine was given by path
@@ -395,12 +413,10 @@ def _convert(world: World, index: int, step: Step, convert: Convert) -> None:
     # ds_to_universal merges every partition in the tag: another run's left beside this one's (a rerun of fewer
     # ranks over it) makes it fail, its partial output left in place (no model states, no latest_universal)
     if not convert(world.path(index) / tag, world.path(index) / universal, release=step.get("release", "installed"),
-                   may_fail=source.optim_files > (source.ranks if source.zero > 0 else 0)):
+                   may_fail=source.beside_others):
         return
-    saves[universal] = Save(source.step0, proven=source.proven, origin=source.origin, scheduler=source.scheduler,
-                            zero=source.zero, model=source.model, tags="universal", steps=source.steps,
-                            ranks=source.ranks, release=source.release, step0_release=source.step0_release,
-                            recorded=False, source=source, lost=source.lost)
+    saves[universal] = dataclasses.replace(source, fresh=False, tags="universal", optim_files=0, recorded=False,
+                                           source=source)
 
 
 def _delete_oldest(world: World, index: int) -> None:
@@ -409,7 +425,7 @@ def _delete_oldest(world: World, index: int) -> None:
     if len(saves) < 2:
         return
     oldest = min(saves, key=lambda tag: (saves[tag].steps, tag))
-    if oldest != (world.path(index) / "latest").read_text().strip():
+    if oldest != newest(world, index):
         shutil.rmtree(world.path(index) / oldest)
         del saves[oldest]
 

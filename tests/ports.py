@@ -23,7 +23,7 @@ REAL_SSH, REAL_SLURM = 15, 30
 NO_LISTENER = 51  # a port where nothing listens (an unreachable server)
 RACED_TWO_RANKS = 52
 RANKS_JOB = 53  # tests/test_ranks.py's two-rank job
-HISTORY_JOB = 54  # a two-rank job of a run history (tests/children/history.py)
+HISTORY_JOB = 54  # a job of a run history, one to three ranks (tests/children/history.py)
 AUDIT_SHAPES = 57  # the second of tests/test_audit_shapes.py's two one-rank trainings at once (the first: ONE_RANK)
 
 
