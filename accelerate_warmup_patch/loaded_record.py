@@ -116,12 +116,11 @@ def _story(folder: str, hop: dict[str, Any], *, saved_steps: int | None, univers
     if not record_data.is_record_1(record) and record["bound_to"]["file"] is None:
         return {"how": record_data.UNBOUND, **base, "why": f"the record beside the save it resumed from ({hop['tag']}) "
                 f"is not that save's: {binding.binding_problem(raw.get('bound_to'), actual)}"}, []
-    problem = binding.not_this_saves(record, actual if actual.get("file") is not None else None,
-                                     deepspeed=hop["deepspeed"], global_steps=saved_steps, scheduler=hop["scheduler"])
+    zip_read = actual if actual.get("file") is not None else None  # None: the model states are not a zip
+    save = {"deepspeed": hop["deepspeed"], "global_steps": saved_steps, "scheduler": hop["scheduler"]}
+    problem = binding.not_this_saves(record, zip_read, **save)
     others = [(name, *stamp) for name, stamp in stamps.items() if name != actual.get("file")]
-    extra = binding.beside_its_own(record, actual if actual.get("file") is not None else None, others,
-                                   deepspeed=hop["deepspeed"], global_steps=saved_steps,
-                                   scheduler=hop["scheduler"]) if problem is not None else None
+    extra = binding.beside_its_own(record, zip_read, others, **save) if problem is not None else None
     if extra is not None:  # as the audit reads it (cli/audit/read.py): a claim, never proof
         return {"how": record_data.UNBOUND, **base, "why": f"the record beside the save it resumed from "
                 f"({hop['tag']}) was written with its model states, but {extra} states files of another process lie "
