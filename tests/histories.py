@@ -56,9 +56,9 @@ lr than 0.19.8's (0.0); never ``affected`` where every save it weighs ran step 0
 every one of those descends from a reset start and was written by a reset process (each a record bound to it: a
 ``warn`` process applies none of the later backported changes, which a record without the scheduler's params cannot
 rule out; and a ZeRO 0 save over an earlier ZeRO 1/2 one leaves that run's optimizer-states file beside it, which its
-record does not bind, so the audit holds the record a claim); never ``unreadable``. Excused: a ``not affected`` where
-nothing in the folder can tell that step 0 ran on another release (``_start_unseen``: the audit's documented
-assumption that the earliest save's release ran step 0).
+record does not bind, so the audit holds the record a claim); never ``unreadable``. Nothing is excused: a save whose
+folder cannot tell where its run's step 0 ran (an unpatched resume on another release, into a new folder) must not
+read ``not affected`` either.
 """
 
 from __future__ import annotations
@@ -93,7 +93,6 @@ DRIVERS = ("engine", "engine", "accelerate")  # a job's: DeepSpeed's engine itse
 # what a step written before classes and stages were searched runs (tests/histories_found.json's older examples)
 DEFAULT_RUN = {"scheduler": "WarmupLR", "zero": 0, "model": "a", "tags": "global", "config": "dict"}
 Step = dict[str, Any]
-EXCUSED: list[str] = []  # each reading the rule excused (_start_unseen), for the search's count
 
 
 # The generator -----------------------------------------------------------------------------------------------------
@@ -190,9 +189,6 @@ class Save:
     release: str = "installed"  # the release that wrote it ("other": OTHER_DEEPSPEED's)
     step0_release: str = "installed"  # the release its run's step 0 ran on
     recorded: bool = True  # its writer (rank 0) was armed: it wrote a record, which carries the run's step 0 on
-    # nothing in it tells the release step 0 ran on: an unpatched resume on another release, or a save whose record's
-    # chain comes from one (the record of a resume names the loaded save's release where that save has no record)
-    lost: bool = False
     source: Save | None = None  # a universal checkpoint's: the save ds_to_universal converted (no record of its own)
 
     @property
@@ -309,7 +305,6 @@ def _job_resume(world: World, source: int, step: Step, job: Job) -> None:
                 scheduler=loaded.scheduler, zero=loaded.zero, model=loaded.model, tags=tags,
                 steps=loaded.steps + 1, ranks=ranks, release=release, step0_release=loaded.step0_release,
                 recorded=modes[0] != "off")
-    save.lost = _lost(loaded, save)
     # accelerate's load_state reads the tag pytorch_model: a save of accelerate's own, else the engine's
     driver = step.get("driver", "engine") if loaded.tags == "accelerate" else "engine"
     job(modes=modes, save_dir=world.path(target), scheduler=loaded.scheduler, zero=loaded.zero, model=loaded.model,
@@ -346,17 +341,9 @@ def _resume(world: World, source: int, step: Step, train: Train) -> None:
                 scheduler=loaded.scheduler, zero=loaded.zero, model=loaded.model, tags=loaded.tags,
                 config=loaded.config, steps=loaded.steps + 1, step0_release=loaded.step0_release,
                 recorded=step["mode"] != "off")
-    save.lost = _lost(loaded, save)
     _train(world, save, train, mode=step["mode"], save_dir=world.path(target), resume_from=world.path(source),
            load=step["load"])
     _place(world, target, save)
-
-
-def _lost(loaded: Save, save: Save) -> bool:
-    """Whether a resume's ``save`` of ``loaded`` tells nothing of the release its run's step 0 ran on: its writer,
-    armed, hands on the loaded save's chain (lost where that one's is); unarmed, it leaves no record, and the audit
-    reads its own release, wrong where step 0 ran on another."""
-    return loaded.lost or (not save.recorded and save.release != save.step0_release)
 
 
 def _place(world: World, index: int, save: Save) -> None:
@@ -481,11 +468,8 @@ def _judged(saves: dict[str, Save], own: dict[str, Save], report: dict[str, Any]
     hurt = [tag for tag, save in own.items() if not _same(save.step0, REFERENCE_STEP0)]
     if verdict == "unreadable":
         return [f"unreadable ({why})"]
-    hurt_seen = [tag for tag in hurt if not _start_unseen(own[tag], kin)]
-    if verdict == "not affected" and len(hurt_seen) < len(hurt):
-        EXCUSED.append(f"not affected for {sorted(set(hurt) - set(hurt_seen))}: {why}")
-    if hurt_seen and verdict == "not affected":
-        return [f"not affected, but {hurt_seen[0]}'s step 0 ran at {own[hurt_seen[0]].step0} ({why})"]
+    if hurt and verdict == "not affected":
+        return [f"not affected, but {hurt[0]}'s step 0 ran at {own[hurt[0]].step0} ({why})"]
     if verdict == "affected" and all(_same(save.step0, REFERENCE_STEP0) for save in kin.values()) \
             and _origins_here(own, kin):
         return [f"affected, but every save's step 0 ran at {REFERENCE_STEP0} ({why})"]
@@ -504,16 +488,6 @@ def _proven(save: Save, saves: dict[str, Save]) -> bool:
 
 def _named(report: dict[str, Any]) -> str:
     return f" ({report['engine']})" if report.get("engine") else ""
-
-
-def _start_unseen(save: Save, kin: dict[str, Save]) -> bool:
-    """Whether nothing in the folder can tell where ``save``'s run ran step 0: it is lost (Save.lost), and so is every
-    save of its run here. An unpatched resume on a fixed release, into a new folder (or with the folder's earlier
-    saves deleted), of a run whose step 0 ran unfixed on an older release leaves files that a fresh run on the fixed
-    release would leave too, and a patched resume of it hands that reading on: the audit's ``not affected`` there is
-    its documented assumption (docs/audit.md, "What each verdict assumes", 6), counted by the search, not a break it
-    can be held to."""
-    return save.lost and all(other.lost for other in kin.values() if other.origin == save.origin)
 
 
 def _origins_here(own: dict[str, Save], kin: dict[str, Save]) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Spec, bare_audit, installed, run_specs
+from conftest import Spec, bare_audit, cleared_or_unseen, installed, run_specs
 from harness import USER_CLIENT_STATE
 
 from accelerate_warmup_patch import releases, upstream
@@ -250,8 +250,10 @@ def test_audit_tells_step_warn_and_unpatched_runs_apart_on_a_buggy_release(audit
 
 @pytest.mark.skipif(BUGGY, reason="0.19.8's half: a release that starts WarmupLR as the reference does")
 def test_audit_finds_no_run_affected_on_a_fixed_release_patched_or_not(audited):
-    for name in ("unpatched", "warn", "step", "reset", "accelerate", "trainer"):
+    for name in ("warn", "step", "reset", "accelerate", "trainer"):
         assert audited[name]["verdict"] == "not affected", (name, audited[name])
+    # no record: 0.19.8 ran it as 0.19.8 does, unless the job resumed an older release's save (the files cannot tell)
+    assert cleared_or_unseen(audited["unpatched"]), audited["unpatched"]
     assert audited["returncode"] == 0
 
 
@@ -269,8 +271,8 @@ def test_a_patched_start_an_unpatched_resume_and_a_patched_resume_in_one_folder_
     [report] = json.loads(proc.stdout)
     if BUGGY:  # chain-b's process resumed from the reset save or started afresh on 0.15.2: the files cannot tell
         assert report["verdict"] == "unknown" and "the chain has a gap" in report["why"], report
-    else:
-        assert report["verdict"] == "not affected", report
+    else:  # or it resumed a save of another release, unpatched: the files cannot tell that either
+        assert cleared_or_unseen(report), report
 
 
 def test_a_patched_start_resumed_unpatched_under_custom_tag_names_is_one_engine_never_affected(saved, tmp_path):
@@ -282,9 +284,9 @@ def test_a_patched_start_resumed_unpatched_under_custom_tag_names_is_one_engine_
     proc = bare_audit(tmp_path / "bare")("-m", "accelerate_warmup_patch", "audit", "--json", str(tmp_path / "run"))
     reports = {report["engine"]: report for report in json.loads(proc.stdout)}
     assert Path(reports["epoch2"]["step0_checkpoint"]).parent.name == "epoch1", reports["epoch2"]
-    expected = "unknown" if BUGGY else "not affected"
-    assert {engine: report["verdict"] for engine, report in reports.items()} == {"epoch1": expected,
-                                                                                "epoch2": expected}, reports
+    assert sorted(reports) == ["epoch1", "epoch2"], reports
+    for report in reports.values():  # on 0.19.8, epoch2's process may have resumed a save of another release
+        assert report["verdict"] == "unknown" if BUGGY else cleared_or_unseen(report), reports
 
 
 def test_a_scheduler_stepped_before_training_is_compared_with_0_19_8_at_its_position(tmp_path):

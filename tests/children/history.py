@@ -122,7 +122,4 @@ def problems(steps: list[histories.Step], root: Path) -> list[str]:
 
 
 print("RESULT " + json.dumps(problems(json.loads(sys.argv[1]), Path(sys.argv[2]))), flush=True)
-if histories.EXCUSED and os.environ.get("AWP_HISTORY_EXCUSED"):  # a search's count of the excused readings
-    with open(os.environ["AWP_HISTORY_EXCUSED"], "a") as log:
-        log.writelines(f"{sys.argv[2]}: {line}\n" for line in histories.EXCUSED)
 harness._tear_down()

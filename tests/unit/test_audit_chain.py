@@ -55,9 +55,13 @@ def test_a_chain_that_ends_in_an_unknown_release_is_unknown(tmp_path: Path) -> N
     assert report["verdict"] == "unknown" and code == 0 and "release that ran step 0 is not known" in report["why"]
 
 
-@pytest.mark.parametrize("how", ["record-1", "unbound", "unobserved"])
-def test_a_chain_that_ends_in_a_claim_clears_only_where_the_release_needs_no_fix(tmp_path: Path, how: str) -> None:
-    for release, verdict in (("0.15.2", "unknown"), ("0.19.8", "not affected")):
+@pytest.mark.parametrize(("how", "fixed"), [("record-1", "unknown"), ("unbound", "unknown"),
+                                           ("unobserved", "not affected")])
+def test_a_chain_that_ends_in_a_claim_clears_only_where_the_release_needs_no_fix(tmp_path: Path, how: str,
+                                                                                 fixed: str) -> None:
+    # an unobserved step 0 ran in the recording process, on the release it names; a loaded save's claim names that
+    # save's release, which may not be the one that ran step 0: only a config every release clears clears it
+    for release, verdict in (("0.15.2", "unknown"), ("0.19.8", fixed)):
         patched_run(tmp_path / release, {"how": how, "deepspeed": release, "global_steps": 3, "why": f"a {how}"},
                     version="0.19.8")
         _, report = one(tmp_path / release)
@@ -79,7 +83,7 @@ def test_a_fixed_start_then_an_unpatched_cosine_past_its_total_is_affected_and_b
 @pytest.mark.parametrize(("newest", "steps", "verdict", "later"), [
     ("0.19.8+local", 20, "unknown", "unknown"), ("0.18.9+local", 20, "unknown", "unknown"),
     ("0.18.10", 20, "unknown", "unknown"), ("0.19.8+local", 6, "unknown", None),
-    ("0.16.5+91d1c55", 20, "affected", "affected"), ("0.19.8", 20, "not affected", None),
+    ("0.16.5+91d1c55", 20, "affected", "affected"), ("0.19.8", 20, "unknown", None),
 ])
 def test_the_changes_after_step_0_on_a_build_are_never_the_rows_of_the_number_it_names(
         tmp_path: Path, newest: str, steps: int, verdict: str, later: str | None) -> None:
@@ -121,3 +125,43 @@ def test_a_record_with_non_finite_lrs_is_read_and_reported_as_such(tmp_path: Pat
     assert "step 0 ran at nan (observed by" in text, text
 
 
+
+
+# Which release ran step 0 (#55: the last excused reading) ---------------------------------------------------------
+
+def test_the_releases_a_step_0_could_have_run_on_are_one_of_each_span_where_the_class_existed() -> None:
+    from accelerate_warmup_patch.cli.audit.judge import behavior_releases
+
+    assert behavior_releases("WarmupLR")[:4] == ("0.9.0", "0.12.3", "0.12.4", "0.15.3")
+    assert behavior_releases("WarmupCosineLR")[0] == "0.12.3"  # the class came in 0.12.3
+    assert behavior_releases("WarmupLR")[-1] == "0.19.4"
+
+
+@pytest.mark.parametrize(("scheduler", "verdict"), [
+    (None, "unknown"),  # the default WarmupLR from 0 under an optimizer lr of 0.001: 0.15.2 ran step 0 at 0.001
+    ({"type": "WarmupLR", "params": {"warmup_min_lr": 1e-3, "warmup_max_lr": 1e-3, "warmup_num_steps": 5}},
+     "not affected"),  # starts at the optimizer's lr: every release runs step 0 at 0.001
+    ({"type": "OneCycle", "params": {"cycle_min_lr": 0.001, "cycle_max_lr": 0.01}}, "not affected"),
+])
+def test_a_run_with_no_record_on_a_fixed_release_is_cleared_only_where_every_release_would_clear_it(
+        tmp_path: Path, scheduler: dict[str, object] | None, verdict: str) -> None:
+    # an unpatched 0.19.8 run, or an unpatched 0.15.2 run resumed unpatched on 0.19.8 into a new folder: the same files
+    if scheduler is None:
+        files.write_run(tmp_path / "run", version="0.19.8")
+    else:
+        files.write_run(tmp_path / "run", version="0.19.8", scheduler=scheduler)
+    code, report = one(tmp_path / "run")
+    assert report["verdict"] == verdict and code == 0, report
+    if verdict == "unknown":
+        assert "if DeepSpeed 0.19.8 ran step 0; but no record says which release did" in report["why"], report
+        assert "on DeepSpeed 0.9.0 this run would be affected" in report["why"] and report["step0_lr"] is None
+    # a patched process's record of the same run proves it
+    patched_run(tmp_path / "patched", observed([0.0], [0.0], deepspeed="0.19.8"), version="0.19.8")
+    assert one(tmp_path / "patched")[1]["verdict"] == "not affected"
+
+
+def test_a_patched_resume_of_an_unrecorded_fixed_save_hands_on_that_it_cannot_tell(tmp_path: Path) -> None:
+    # the record of a resume names the loaded save's release, not the one that ran step 0
+    patched_run(tmp_path / "run", unrecorded("0.19.8"), version="0.19.8")
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "unknown" and "no record says which release did" in report["why"], report

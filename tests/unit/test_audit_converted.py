@@ -85,7 +85,7 @@ def test_a_resume_from_a_universal_checkpoint_carries_the_step_0_of_the_save_it_
 
 
 @pytest.mark.parametrize(("patched", "version", "verdict"), [(True, "0.15.2", "unknown"), (False, "0.15.2", "unknown"),
-                                                             (True, "0.19.8", "not affected")])
+                                                             (True, "0.19.8", "unknown")])
 def test_a_universal_checkpoint_written_into_another_folder_is_unknown_where_the_fix_was_needed(
         tmp_path: Path, patched: bool, version: str, verdict: str) -> None:
     # ds_to_universal --output_folder elsewhere (#47 item 3): the record stays beside the source, out of sight

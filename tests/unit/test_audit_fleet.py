@@ -230,8 +230,9 @@ def test_symlinked_folders_are_counted_and_named_only_with_verbose(tmp_path: Pat
 
 def test_two_engines_saved_by_accelerate_are_each_judged_and_the_affected_one_shown(tmp_path: Path) -> None:
     # accelerate's save_state of two prepared models: tags pytorch_model and pytorch_model_1 in one folder
-    # one engine a release that needs no fix (proof by the table), the other an affected one
-    files.write_run(tmp_path / "state", tag="pytorch_model", version="0.19.8")
+    # one engine a class that needs no fix on any release (proof by the table), the other an affected one
+    files.write_run(tmp_path / "state", tag="pytorch_model", version="0.19.8",
+                    scheduler={"type": "OneCycle", "params": {"cycle_min_lr": 0.001, "cycle_max_lr": 0.01}})
     files.write_run(tmp_path / "state", tag="pytorch_model_1")
     proc = audit("--jsonl", str(tmp_path / "state"))
     reports = {r["engine"]: r for r in lines(proc)}

@@ -49,22 +49,24 @@ def test_a_warn_run_is_affected_warned_not_fixed(tmp_path: Path) -> None:
     assert report["step0_lr"] == 0.001
 
 
-def test_a_record_1_on_a_release_that_needs_no_fix_is_not_affected_from_the_table(tmp_path: Path) -> None:
+def test_a_record_1_on_a_release_that_needs_no_fix_is_unknown_as_it_does_not_say_which_release_ran_step_0(
+        tmp_path: Path) -> None:
+    # a record 1 tells what the patch did when the scheduler was built, not whether that process ran step 0: it may
+    # have resumed a save of an older release
     files.write_run(tmp_path / "run", version="0.19.8", record=record("as-release", [0.0], [0.0],
                                                                        deepspeed="0.19.8"))
     code, report = one(tmp_path / "run")
-    assert report["verdict"] == "not affected" and "as on 0.19.8" in report["why"] and code == 0, report
-    assert report["step0_lrs"] == [0.0]
+    assert report["verdict"] == "unknown" and "as on 0.19.8" in report["why"] and code == 0, report
+    assert "no record says which release did" in report["why"] and report["step0_lrs"] is None, report
 
 
-@pytest.mark.parametrize(("version", "verdict"), [("0.15.2", "unknown"), ("0.19.8", "not affected")])
-def test_step0_in_an_earlier_process_is_unknown_unless_the_table_alone_decides(tmp_path: Path, version: str,
-                                                                             verdict: str) -> None:
+@pytest.mark.parametrize(("version", "because"), [("0.15.2", "bound to no file"),
+                                               ("0.19.8", "no record says which release did")])
+def test_step0_in_an_earlier_process_is_unknown(tmp_path: Path, version: str, because: str) -> None:
+    # on 0.19.8 too: the earlier process may have run on another release
     files.write_run(tmp_path / "run", version=version, record=record("earlier-process", deepspeed=version))
     _, report = one(tmp_path / "run")
-    assert report["verdict"] == verdict, report
-    if verdict == "unknown":
-        assert "bound to no file" in report["why"] and report["step0_lr"] is None
+    assert report["verdict"] == "unknown" and because in report["why"] and report["step0_lr"] is None, report
 
 
 @pytest.mark.parametrize("step0", ["left", "unknown"])
@@ -148,11 +150,13 @@ def test_a_scheduler_that_moved_without_an_optimizer_step_in_the_file_is_unknown
     assert report["verdict"] == "unknown" and code == 0 and report["step0_lr"] is None, report
     assert "last_batch_iteration is 2" in report["why"] and "if an optimizer step ran, this run is affected" in \
         report["why"], report
-    # on a release that starts the warmup as 0.19.8 does, a step or none: either way not affected
+    # on a release that starts the warmup as 0.19.8 does, a step or none: unknown all the same, as no record says
+    # that release ran the step (a resume of an older release's save leaves these files), never "no step ran"
     files.write_run(tmp_path / "fixed", tag="global_step0", global_steps=0, version="0.19.8",
                     client_state={**_own_loop(iteration=2, stepped=False), "optimizer": None})
     _, report = one(tmp_path / "fixed")
-    assert report["verdict"] == "not affected" and "no step ran" not in report["why"], report
+    assert report["verdict"] == "unknown" and "no step ran" not in report["why"], report
+    assert "no record says which release did" in report["why"], report
 
 
 @pytest.mark.parametrize(("moments", "verdict"), [(True, "affected"), (False, "unknown")])
@@ -203,7 +207,8 @@ def test_the_cosine_past_total_steps_is_judged_on_the_newest_save(tmp_path: Path
     """0.19.3 holds cos_min_ratio past total_num_steps: the last steps, which the newest save saw, decide."""
     cosine = {"type": "WarmupCosineLR", "params": {"warmup_min_ratio": 0.0, "warmup_num_steps": 3,
                                                    "total_num_steps": 8, "warmup_type": "linear"}}
-    for newest, verdict in (("0.18.9", "affected"), ("0.19.8", "not affected")):
+    # (0.19.8's newest save: unknown, not "not affected", as no record says which release ran step 0)
+    for newest, verdict in (("0.18.9", "affected"), ("0.19.8", "unknown")):
         run = tmp_path / newest
         files.write_run(run, tag="global_step3", global_steps=3, version="0.19.8", scheduler=cosine, latest=False)
         files.write_run(run, tag="global_step20", global_steps=20, version=newest, scheduler=cosine)

@@ -19,9 +19,10 @@ from records import observed, patched_run
 
 # Every save in a folder counts (#47 item 2) -------------------------------------------------------------------
 
-@pytest.mark.parametrize(("version", "verdict"), [("0.15.2", "unknown"), ("0.19.8", "not affected")])
+@pytest.mark.parametrize(("version", "verdict"), [("0.15.2", "unknown"), ("0.19.8", "unknown")])
 def test_a_checkpoint_step_rerun_that_stops_earlier_keeps_the_folder_from_not_affected(
         tmp_path: Path, version: str, verdict: str) -> None:
+    # on 0.19.8 too: the rerun may have resumed a save of an older release (no record says which release ran it)
     # the HF Trainer's layout: a patched run saved checkpoint-3, -6, -9; an unpatched rerun from scratch saved
     # checkpoint-3 and -6 over them (the old records stay, bound to other bytes) and stopped: checkpoint-9 is newest
     for step in (3, 6, 9):
@@ -80,11 +81,12 @@ def test_custom_tags_across_an_upgrade_resume_are_weighed_as_one_engine(tmp_path
     assert "the save epoch1" in reports[2]["why"] and code == 1, reports[2]
 
 
-@pytest.mark.parametrize(("version", "verdict"), [("0.15.2", "unknown"), ("0.19.8", "not affected")])
+@pytest.mark.parametrize(("version", "verdict"), [("0.15.2", "unknown"), ("0.19.8", "unknown")])
 def test_a_patched_start_resumed_unpatched_under_custom_tags_is_never_affected(tmp_path: Path, version: str,
                                                                                verdict: str) -> None:
     # a patched run saved epoch1, epoch2; resumed unpatched, it saved epoch3, epoch4: their step 0 ran in the
-    # patched process (epoch2's bound record), unless that process started afresh, which the files cannot tell
+    # patched process (epoch2's bound record), unless that process started afresh or resumed a save of another
+    # release (on 0.19.8 too), which the files cannot tell
     for epoch in (1, 2):
         patched_run(tmp_path / "run", observed([0.0], [0.0]), tag=f"epoch{epoch}", global_steps=3 * epoch)
     for epoch in (3, 4):
@@ -98,7 +100,8 @@ def test_a_patched_start_resumed_unpatched_under_custom_tags_is_never_affected(t
 
 def test_another_models_tags_in_the_folder_do_not_count_against_an_engine(tmp_path: Path) -> None:
     other = files.Call(files.Global("collections", "OrderedDict"), ([["head.weight", files.Tensor((2, 2))]],))
-    files.write_run(tmp_path / "run", tag="pytorch_model", global_steps=6, version="0.19.8")
+    files.write_run(tmp_path / "run", tag="pytorch_model", global_steps=6, version="0.19.8",
+                    scheduler={"type": "OneCycle", "params": {"cycle_min_lr": 0.001, "cycle_max_lr": 0.01}})
     files.write_run(tmp_path / "run", tag="critic", global_steps=3, client_state={"module": other})
     reports = {r["engine"]: r for r in audit(tmp_path / "run")[1]}
     assert reports["pytorch_model"]["verdict"] == "not affected", reports

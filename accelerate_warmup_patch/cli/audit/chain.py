@@ -8,7 +8,15 @@ from typing import Any
 
 from ... import record_data, releases, upstream
 from .. import config_facts
-from .judge import backported_changes, change_applied, judge, step0_only, table_release, unknown_later
+from .judge import (
+    backported_changes,
+    behavior_releases,
+    change_applied,
+    judge,
+    step0_only,
+    table_release,
+    unknown_later,
+)
 from .read import Save
 from .report import Lr, Report, lrs_text
 from .verdicts import AFFECTED, NOT_AFFECTED, UNKNOWN
@@ -79,13 +87,15 @@ def _unless_started_afresh(report: Report, scheduler: str, params: dict[str, Any
     folder (a rerun that saved fewer tags): only if such a fresh start on the newest save's release would not be
     affected does the chain's answer stand."""
     scratch = _table_reading(report, scheduler, params, newest.version)
-    if scratch.verdict == NOT_AFFECTED:
+    unseen = unseen_start(report, scheduler, params, newest.version) if scratch.verdict == NOT_AFFECTED else None
+    if unseen is None and scratch.verdict == NOT_AFFECTED:
         return cleared
     report.step0_lrs = report.step0_lr = None
+    fresh = f"then it ran on DeepSpeed {newest.version} as an unpatched run: {scratch.verdict}" if unseen is None \
+        else f"or resumed a save of another release: not affected {unseen}"
     return UNKNOWN, (f"{cleared[1]} (the record of {chain.tag.name}); but the newest save, {newest.tag.name}, has no "
                      "bound record: its process resumed from that save (then step 0 is as recorded) or started "
-                     f"afresh unpatched (then it ran on DeepSpeed {newest.version} as an unpatched run: "
-                     f"{scratch.verdict}), and the files cannot tell which")
+                     f"afresh unpatched ({fresh}), and the files cannot tell which")
 
 
 def _unless_a_gap(report: Report, scheduler: str, params: dict[str, Any], earlier: Save,
@@ -128,14 +138,17 @@ def step0_from_origin(report: Report, origin: dict[str, Any], scheduler: str, pa
         return _observed(report, origin, _newest_step0_from_table(report, scheduler, params, origin["deepspeed"]))
     if how == record_data.NO_STEP_YET:  # that save came before step 0, which a process with no record then ran
         return from_table(report, scheduler, params, chain.version, f"the newest bound record ({chain.tag.name}) "
-                           "was saved before step 0, and the process that ran it left no bound record", proof=False)
+                           "was saved before step 0, and the process that ran it left no bound record", proof=False,
+                           seen=False)
     release = origin.get("deepspeed")
     report.step0_deepspeed_version = release
     why = origin.get("why") or how
     if isinstance(release, str):
         # unrecorded: that release ran step 0 unpatched, so the table's reading stands; a claim (unbound, record 1)
-        # or an unobserved step: only a class or release that needs no fix clears it
-        return from_table(report, scheduler, params, release, why, proof=how == record_data.UNRECORDED)
+        # or an unobserved step: only a class or release that needs no fix clears it. Only an unobserved step ran in
+        # the recording process itself, on the release it names; any other release named is a loaded save's
+        return from_table(report, scheduler, params, release, why, proof=how == record_data.UNRECORDED,
+                          seen=how == record_data.UNOBSERVED)
     report.step0_lrs = report.step0_lr = None
     return UNKNOWN, f"{why}; the release that ran step 0 is not known"
 
@@ -174,20 +187,41 @@ def _observed(report: Report, origin: dict[str, Any], table: list[Lr] | None) ->
 
 
 def from_table(report: Report, scheduler: str, params: dict[str, Any], release: str, why: str, *,
-                proof: bool) -> tuple[str, str]:
+                proof: bool, seen: bool = True) -> tuple[str, str]:
     """Step 0 judged by the guard table on ``release``. ``proof``: that release is known to have run step 0
-    unpatched, so the table's answer stands; otherwise only a class or release that needs no fix clears it."""
+    unpatched, so the table's answer stands; otherwise only a class or release that needs no fix clears it.
+    ``seen`` False: ``release`` is a save's, and the process that ran step 0 left no record (``unseen_start``)."""
     scratch = _table_reading(report, scheduler, params, release)
     report.step0_lr, report.newest_step0_lr = scratch.step0_lr, scratch.newest_step0_lr
     report.step0_lrs, report.newest_step0_lrs = scratch.step0_lrs, scratch.newest_step0_lrs
     report.notes.extend(scratch.notes)
     verdict = scratch.verdict
+    unseen = unseen_start(report, scheduler, params, release) if verdict == NOT_AFFECTED and not seen else None
+    if unseen is not None:
+        report.step0_lrs = report.step0_lr = None
+        return UNKNOWN, f"{scratch.why} ({why}) {unseen}"
     if verdict == NOT_AFFECTED or proof:
         report.differences.extend(scratch.differences)
         return verdict, f"{scratch.why} ({why})" if scratch.why else why
     report.step0_lrs = report.step0_lr = None
     return UNKNOWN, (f"{why}; unpatched on DeepSpeed {release}, this run would be {verdict}, and nothing bound to "
                      "these files says how its step 0 really ran")
+
+
+def unseen_start(report: Report, scheduler: str, params: dict[str, Any], release: str) -> str | None:
+    """Why the table's ``not affected`` on ``release``, the release of a save, does not clear a step 0 that a
+    process with no record ran: a save's ``ds_version`` names the release that wrote it, not the one that ran step
+    0, and a job that resumed a save of another release unpatched (into a new folder, or with the earlier saves
+    deleted) leaves the same files as a run that started here. None where every release the table tells apart
+    runs this config as the reference (then whichever ran it did); else the oldest that would not, and how, as the
+    end of a ``why`` that says step 0 ran as the reference runs it."""
+    for other in behavior_releases(scheduler):
+        scratch = _table_reading(report, scheduler, params, other)
+        if scratch.verdict != NOT_AFFECTED:
+            return (f"if DeepSpeed {release} ran step 0; but no record says which release did: a job that resumed a "
+                    f"save of another release unpatched leaves these same files, and on DeepSpeed {other} this run "
+                    f"would be {scratch.verdict} ({scratch.why})")
+    return None
 
 
 def _later_changes(report: Report, scheduler: str, params: dict[str, Any],

@@ -152,6 +152,17 @@ def _build_as_release(found: Verdict, version: str) -> str | None:
     return None
 
 
+def behavior_releases(scheduler: str) -> tuple[str, ...]:
+    """The first release of each span the table tells apart for ``scheduler`` (its start, its default peak, each
+    backported change), oldest first, where the class existed: one release stands for every release of its span,
+    since the table says they run it alike."""
+    firsts = {releases.DEEPSPEED_FLOOR, *(change.release for change in upstream.CHANGES)}
+    for table in (releases.SCHEDULER_STARTS, releases.WARMUP_MAX_LR_DEFAULTS, releases.WARMUP_LENGTHS):
+        firsts.update(fact.span.first for fact in table)
+    return tuple(sorted((release for release in firsts if releases.start_fact(scheduler, release) is not None),
+                        key=releases.parse))
+
+
 def table_release(version: str) -> str | None:
     """The release whose rows tell what ``version``'s schedulers do after step 0: the release itself where the table
     was read at it, the release a vendor build whose code is known is based on (vendor_builds.VENDOR_BUILDS); None for

@@ -12,7 +12,7 @@ from typing import Any
 from ... import record_data, releases
 from .. import config_facts
 from . import checkpoint_pickle
-from .chain import WORST, apply_claim, from_table, judge_from_chain, needs_nothing, proves_step0
+from .chain import WORST, apply_claim, from_table, judge_from_chain, needs_nothing, proves_step0, unseen_start
 from .checkpoint_pickle import Unreadable
 from .find import Run
 from .judge import STEP0_DIFFERENCE, judge
@@ -128,7 +128,8 @@ def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
         return report
     converted = converted_elsewhere(run, newest, config_root) if chain is None and copy_of is None else None
     if converted is not None:  # a conversion of a save elsewhere: only a release or class that needs no fix clears it
-        report.verdict, report.why = from_table(report, scheduler, params, newest.version, converted, proof=False)
+        report.verdict, report.why = from_table(report, scheduler, params, newest.version, converted, proof=False,
+                                                 seen=False)
         return report
     if chain is not None:
         earlier = earlier_proof(run, read, report, config_root, chain)
@@ -152,6 +153,10 @@ def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
         report.verdict, report.step0_lrs, report.step0_lr = UNKNOWN, None, None
         report.why = (f"{unsure}; if an optimizer step ran, this run is affected: {report.why}")
     every_save(run, read, report, config_root, judged=(first,), scheduler=scheduler, params=params)
+    unseen = unseen_start(report, scheduler, params, first.version) if report.verdict == NOT_AFFECTED else None
+    if unseen is not None:  # the table read first's release as the one that ran step 0: no record says it did
+        report.verdict, report.step0_lrs, report.step0_lr = UNKNOWN, None, None
+        report.why = f"{report.why} {unseen}"
     return report
 
 
@@ -177,9 +182,22 @@ def _unconfigured(run: Run, read: dict[PurePath, Save], report: Report, config_r
     if reference is None:
         report.why = why
         return report
+    if not _ran_by_its_recorder(chain):
+        report.why = (f"{why}; {reference}, if it ran step 0; but no record says which release did: a job that "
+                      "resumed a save of another release unpatched leaves these same files, and DeepSpeed "
+                      f"{releases.DEEPSPEED_FLOOR} ran step 0 of a WarmupLR, WarmupDecayLR or WarmupCosineLR at the "
+                      "optimizer's lr")
+        return report
     report.verdict, report.why = NOT_AFFECTED, f"{reference} ({why})"
     every_save(run, read, report, config_root, judged=(first, newest), scheduler="", params={})
     return report
+
+
+def _ran_by_its_recorder(chain: Save | None) -> bool:
+    """Whether a record names the release of the process that ran step 0 itself (it observed it or not), rather than
+    that of a save it loaded (``unrecorded``, ``no-step-yet``, a loaded claim: ``unbound``, ``record-1``)."""
+    step0 = chain.record.get("step0") if chain is not None and chain.record is not None else None
+    return isinstance(step0, dict) and step0.get("how") in (record_data.OBSERVED, record_data.UNOBSERVED)
 
 
 def _step0_elsewhere(chain: Save | None) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 
 from ... import binding, record_data
 from . import checkpoint_pickle
-from .chain import WORST, step0_from_origin
+from .chain import WORST, step0_from_origin, unseen_start
 from .checkpoint_pickle import Unreadable
 from .find import Run
 from .judge import judge
@@ -122,12 +122,14 @@ def _fresh_start(report: Report, save: Save) -> tuple[str, str]:
         isinstance(optimizer.get("params"), dict) else None
     own = replace(report, optimizer_lr=number(lr), param_groups=save.groups)
     fresh = judge(own, scheduler, params, save.version, save.version, later=False)
-    if fresh.verdict == NOT_AFFECTED:
+    unseen = unseen_start(own, scheduler, params, save.version) if fresh.verdict == NOT_AFFECTED else None
+    if unseen is None and fresh.verdict == NOT_AFFECTED:
         return NOT_AFFECTED, ""
+    then = f"then it ran as an unpatched run on that release: {fresh.verdict}" if unseen is None else \
+        f"or resumed a save of another release: not affected {unseen}"
     return UNKNOWN, (f"the save {save.tag.name} (DeepSpeed {save.version}, {save.global_steps} optimizer steps) has "
                      "no record bound to it: its process resumed from a save this folder proves (then it changes "
-                     "nothing) or started afresh unpatched (then it ran as an unpatched run on that release: "
-                     f"{fresh.verdict}), and the files cannot tell which")
+                     f"nothing) or started afresh unpatched ({then}), and the files cannot tell which")
 
 
 @dataclass(frozen=True)
