@@ -123,12 +123,20 @@ def _install_oracle(session: nox.Session, deepspeed: str) -> None:
 
 
 def _other_release(session: nox.Session, deepspeed: str) -> None:
-    """The reference release's code (_install_oracle's folder) made runnable beside the installed release, for the
-    run histories' release changes (tests/histories.py, AWP_HISTORY_OTHER_DEEPSPEED: that folder first on the path of
-    this venv's Python): its one dependency the buggy release lacks installed too. None on the reference itself."""
-    if deepspeed != releases.BEHAVIOR_REFERENCE:
+    """The suite's other release's code made runnable beside the installed release, for the run histories' release
+    changes (tests/histories.py, AWP_HISTORY_OTHER_DEEPSPEED: that folder first on the path of this venv's Python).
+    Beside the buggy release, the reference in _install_oracle's folder, with einops, its one dependency the buggy
+    release lacks; beside the reference, the buggy release, installed the same way (--target, no dependencies: the
+    reference's venv holds them)."""
+    other = next(release for release in tiers.TEST_DEEPSPEED if release != deepspeed)
+    if other == releases.BEHAVIOR_REFERENCE:
         session.install("einops")
-        session.env["AWP_HISTORY_OTHER_DEEPSPEED"] = str(Path(session.virtualenv.location) / "reference-deepspeed")
+        folder = Path(session.virtualenv.location) / "reference-deepspeed"
+    else:
+        folder = Path(session.virtualenv.location) / "other-deepspeed"
+        session.install(*_find_links(), "--no-deps", "--no-build-isolation", "--target", str(folder),
+                        f"deepspeed=={other}")
+    session.env["AWP_HISTORY_OTHER_DEEPSPEED"] = str(folder)
 
 
 def _own_ports(session: nox.Session, kind: str, index: int = 0) -> None:

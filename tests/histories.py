@@ -6,14 +6,17 @@ A history is a list of steps, plain data (JSON), each one of:
 
 - ``start``: a new run folder, a fresh engine (2 optimizer steps) of a scheduler class, a ZeRO stage, a model and a
   way of naming its saves and of giving its config of its own (``_run_kind``);
-- ``resume``: an engine that loads a folder's newest save (whole, without the optimizer's states, or without the
-  scheduler's), takes 1 step and saves into the same folder (the next ``global_stepN``) or into a new one;
+- ``resume``: an engine that loads a folder's newest save (whole, without the optimizer's states, without the
+  scheduler's, or the module alone: ``load_module_only``, a new run from those weights, its own step 0 and step
+  count), takes 1 step and saves into the same folder (the next ``global_stepN``) or into a new one;
 - ``rerun``: a fresh engine, of its own kind, saved into an existing folder (its tag and ``latest`` written over
   where the names meet; a later save of the folder's earlier run stays beside it, and so does a states file of the
   earlier run's stage that this one does not write). Of another model, or under custom tags, it is a second engine
   in that folder (a GAN's generator and critic: ``nn.Sequential`` both, alike names, other shapes);
 - ``copy``: the folder copied whole (``cp -r``);
 - ``delete``: the folder's oldest save removed, where it has two or more;
+- ``move``: the folder's oldest save moved into a new folder, ``latest`` there naming it (an archive of an early
+  save), where it has two or more;
 - ``edit``: the config file of the folder's runs given one by path rewritten after they ran (for the next experiment):
   its scheduler block removed, or its warmup made flat at the peak. The checkpoint's files do not change, nor does
   the truth; a fact read outside them may make a verdict worse, never clear a run;
@@ -25,8 +28,8 @@ A history is a list of steps, plain data (JSON), each one of:
 - ``convert``: DeepSpeed's ds_to_universal run on a folder's newest save (``<tag>_universal``, its own engine).
 
 A job, a job's resume and a conversion run on the installed release or, where OTHER_DEEPSPEED names a folder of another
-release's code (noxfile.py: 0.19.8's beside 0.15.2), on that one: a run can start on one release and resume on the
-other.
+release's code (noxfile.py: 0.19.8's beside 0.15.2, 0.15.2's beside 0.19.8), on that one: a run can start on one
+release and resume on the other.
 
 A run names its saves ``global_stepN`` (DeepSpeed's default) or by a custom tag (``epochN`` for model ``a``,
 ``criticN`` for ``b``), and gets its config as a dict, as an absolute path to a JSON file, or as a path relative to
@@ -45,9 +48,11 @@ optimizer's states it loads restore the lr after the constructor set it, on ever
 restored lr on 0.15.2 and 0.19.8 alike, and starts nothing.
 
 The audit reads only the files in a folder: where a save's run started in a save that is not there (deleted, or in
-another folder it resumed from), the documented assumption is that the earliest surviving save's process ran step 0
-(docs/audit.md, "What each verdict assumes"), so there a table's ``affected`` for a run whose real start was fixed is
-that assumption, not a break of the rule.
+another folder it resumed from), its ``affected`` assumes that the earliest surviving save's process ran step 0
+unpatched (docs/audit.md, "What each verdict assumes": a reason to doubt, never a clearance), so there a table's
+``affected`` for a run whose real start was fixed is that assumption, not a break of the rule; its ``not affected``
+assumes nothing of the kind (docs/audit.md, "Which release ran step 0"). A module-only resume starts a run of its
+own: its step 0 is its own first step.
 
 The rule, for every report of every folder after every step (a report speaks for the folder's saves, for its
 ``global_stepN`` saves, or for one custom tag, as the audit names its engine; the audit weighs a custom tag's saves of
@@ -74,7 +79,7 @@ from pathlib import Path
 from typing import Any
 
 MODES = ("off", "reset", "warn")
-LOADS = ("whole", "no-optimizer", "no-scheduler")
+LOADS = ("whole", "no-optimizer", "no-scheduler", "module-only")
 MODELS = {"a": 4, "b": 8}  # nn.Sequential(nn.Linear(4, N)): alike parameter names, other shapes
 CUSTOM_TAG = {"a": "epoch", "b": "critic"}  # a custom tag's prefix, by model: the step count follows
 CONFIGS = ("dict", "absolute", "relative")
@@ -103,7 +108,7 @@ def history(rng: random.Random, length: int, releases: tuple[str, ...] = ("insta
     steps: list[Step] = [{"op": "start", "mode": rng.choice(MODES), **_run_kind(rng)}]
     folders = 1
     while len(steps) < length:
-        op = rng.choice(("start", "resume", "resume", "rerun", "copy", "delete", "edit", "job", "jobresume",
+        op = rng.choice(("start", "resume", "resume", "rerun", "copy", "delete", "move", "edit", "job", "jobresume",
                          "convert"))
         if op == "job":
             steps.append({"op": op, "modes": [rng.choice(MODES) for _ in range(rng.choice(JOB_RANKS))],
@@ -125,7 +130,7 @@ def history(rng: random.Random, length: int, releases: tuple[str, ...] = ("insta
             steps.append({"op": op, "run": rng.randrange(folders), "mode": rng.choice(MODES),
                           "load": rng.choice(LOADS), "into": "new" if into_new else "same"})
             folders += into_new
-        elif op == "copy":
+        elif op in ("copy", "move"):
             steps.append({"op": op, "run": rng.randrange(folders)})
             folders += 1
         elif op == "rerun":
@@ -144,7 +149,7 @@ OTHER_DEEPSPEED = "AWP_HISTORY_OTHER_DEEPSPEED"  # a folder holding another rele
 
 def releases_here() -> tuple[str, ...]:
     """The releases a history may run its jobs on here: the installed one, and another where a folder of its code is
-    given (OTHER_DEEPSPEED: noxfile.py's reference-deepspeed, 0.19.8 beside 0.15.2)."""
+    given (OTHER_DEEPSPEED: noxfile.py's reference-deepspeed beside 0.15.2, other-deepspeed beside 0.19.8)."""
     return ("installed", "other") if os.environ.get(OTHER_DEEPSPEED) else ("installed",)
 
 
@@ -248,6 +253,8 @@ def play(step: Step, world: World, train: Train, job: Job, convert: Convert) -> 
         world.folders.append(dict(world.folders[source]))
     elif op == "delete":
         _delete_oldest(world, step["run"] % len(world.folders))
+    elif op == "move":
+        _move_oldest(world, step["run"] % len(world.folders))
     elif op == "edit":
         _edit_configs(world, step["run"] % len(world.folders), step["how"])
     elif op == "convert":
@@ -295,21 +302,29 @@ def _job_resume(world: World, source: int, step: Step, job: Job) -> None:
     loaded, load = _universal_named(world, source), step["load"]
     if load != "universal" or loaded is None:
         loaded, load = world.folders[source][newest(world, source)], ("whole" if load == "universal" else load)
+    if load == "module-only" and loaded.zero == 0:
+        return  # as _resume's
     ranks = loaded.ranks if loaded.zero > 0 and load != "universal" else step["ranks"]
     modes = step["modes"][:ranks]
     proven = _proven(loaded, world.folders[source])
     target = _target(world, source, step)
     release = step.get("release", "installed")
     tags = loaded.source.tags if loaded.source is not None else loaded.tags
-    save = Save(loaded.step0, proven=proven and all(mode == "reset" for mode in modes), origin=loaded.origin,
-                scheduler=loaded.scheduler, zero=loaded.zero, model=loaded.model, tags=tags,
-                steps=loaded.steps + 1, ranks=ranks, release=release, step0_release=loaded.step0_release,
-                recorded=modes[0] != "off")
-    # accelerate's load_state reads the tag pytorch_model: a save of accelerate's own, else the engine's
-    driver = step.get("driver", "engine") if loaded.tags == "accelerate" else "engine"
-    job(modes=modes, save_dir=world.path(target), scheduler=loaded.scheduler, zero=loaded.zero, model=loaded.model,
-        tag=None if tags == "global" else tag_name(save), resume={"from": str(world.path(source)), "load": load},
-        release=release, driver=driver)
+    fresh = load == "module-only"  # a new run from the loaded weights: its ranks' own step 0, 1 step
+    if fresh:
+        world.starts += 1
+    save = Save(loaded.step0, proven=(proven or fresh) and all(mode == "reset" for mode in modes),
+                origin=world.starts if fresh else loaded.origin, fresh=fresh, scheduler=loaded.scheduler,
+                zero=loaded.zero, model=loaded.model, tags=tags, steps=1 if fresh else loaded.steps + 1, ranks=ranks,
+                release=release, step0_release=release if fresh else loaded.step0_release, recorded=modes[0] != "off")
+    # accelerate's load_state reads the tag pytorch_model: a save of accelerate's own, else the engine's (the module
+    # alone: the engine's load_checkpoint, which accelerate's load_state does not offer)
+    driver = step.get("driver", "engine") if loaded.tags == "accelerate" and not fresh else "engine"
+    firsts = job(modes=modes, save_dir=world.path(target), scheduler=loaded.scheduler, zero=loaded.zero,
+                 model=loaded.model, tag=None if tags == "global" else tag_name(save),
+                 resume={"from": str(world.path(source)), "load": load}, release=release, driver=driver)
+    if fresh:
+        save.step0 = next((lrs for lrs in firsts if not _same(lrs, REFERENCE_STEP0)), firsts[0])
     _place(world, target, save)
 
 
@@ -336,13 +351,23 @@ def _resume(world: World, source: int, step: Step, train: Train) -> None:
     loaded = world.folders[source][newest(world, source)]
     if loaded.ranks > 1 and loaded.zero > 0:
         return  # one rank cannot load several ranks' ZeRO partitions (a jobresume of as many ranks does)
+    if step["load"] == "module-only" and loaded.zero == 0:
+        return  # 0.15.2's load_module_only calls refresh_fp32_params, which a torch optimizer lacks (ZeRO 0)
     target = _target(world, source, step)
-    save = Save(loaded.step0, proven=loaded.proven and step["mode"] == "reset", origin=loaded.origin,
-                scheduler=loaded.scheduler, zero=loaded.zero, model=loaded.model, tags=loaded.tags,
-                config=loaded.config, steps=loaded.steps + 1, step0_release=loaded.step0_release,
-                recorded=step["mode"] != "off")
-    _train(world, save, train, mode=step["mode"], save_dir=world.path(target), resume_from=world.path(source),
-           load=step["load"])
+    if step["load"] == "module-only":  # a new run from the loaded weights: its own step 0, 1 step (global_step1)
+        world.starts += 1
+        save = Save([], proven=step["mode"] == "reset", origin=world.starts, fresh=True, scheduler=loaded.scheduler,
+                    zero=loaded.zero, model=loaded.model, tags=loaded.tags, config=loaded.config, steps=1,
+                    recorded=step["mode"] != "off")
+    else:
+        save = Save(loaded.step0, proven=loaded.proven and step["mode"] == "reset", origin=loaded.origin,
+                    scheduler=loaded.scheduler, zero=loaded.zero, model=loaded.model, tags=loaded.tags,
+                    config=loaded.config, steps=loaded.steps + 1, step0_release=loaded.step0_release,
+                    recorded=step["mode"] != "off")
+    rows = _train(world, save, train, mode=step["mode"], save_dir=world.path(target), resume_from=world.path(source),
+                  load=step["load"], steps=1)
+    if step["load"] == "module-only":
+        save.step0 = rows[0]
     _place(world, target, save)
 
 
@@ -372,8 +397,9 @@ def _train(world: World, save: Save, train: Train, **run: Any) -> list[list[floa
         save.config_file.write_text(json.dumps(config))
         given = str(save.config_file if save.config == "absolute" else relative)
     custom = None if save.tags == "global" else tag_name(save)
-    return train(steps=2 if save.fresh else 1, scheduler=save.scheduler, zero=save.zero, model=save.model,
-                 tag=custom, config=given, **run)
+    steps = run.pop("steps", 2 if save.fresh else 1)
+    return train(steps=steps, scheduler=save.scheduler, zero=save.zero, model=save.model, tag=custom, config=given,
+                 **run)
 
 
 def config_of(scheduler: str, zero: int) -> dict[str, Any]:
@@ -406,15 +432,33 @@ def _convert(world: World, index: int, step: Step, convert: Convert) -> None:
                                            source=source)
 
 
-def _delete_oldest(world: World, index: int) -> None:
-    """The folder's oldest save removed (fewest steps), where it has two or more and ``latest`` does not name it."""
+def _oldest(world: World, index: int) -> str | None:
+    """The folder's oldest save (fewest steps), where it has two or more and ``latest`` does not name it."""
     saves = world.folders[index]
     if len(saves) < 2:
-        return
+        return None
     oldest = min(saves, key=lambda tag: (saves[tag].steps, tag))
-    if oldest != newest(world, index):
+    return oldest if oldest != newest(world, index) else None
+
+
+def _delete_oldest(world: World, index: int) -> None:
+    oldest = _oldest(world, index)
+    if oldest is not None:
         shutil.rmtree(world.path(index) / oldest)
-        del saves[oldest]
+        del world.folders[index][oldest]
+
+
+def _move_oldest(world: World, index: int) -> None:
+    """The folder's oldest save moved into a new folder, ``latest`` there naming it; not a universal checkpoint (a
+    resume of the new folder would load it as a save of its own kind)."""
+    oldest = _oldest(world, index)
+    if oldest is None or world.folders[index][oldest].source is not None:
+        return
+    target = world.path(len(world.folders))
+    target.mkdir()
+    shutil.move(str(world.path(index) / oldest), str(target / oldest))
+    (target / "latest").write_text(oldest)
+    world.folders.append({oldest: world.folders[index].pop(oldest)})
 
 
 def _edit_configs(world: World, index: int, how: str) -> None:

@@ -4,10 +4,10 @@ each engine's mode, or removed), the audit after every step, and the rule checke
 failing history is shrunk and kept in tests/histories_found.json, which every run replays first.
 
 Budget: CI runs ``AWP_HISTORIES`` histories (default 2) of ``AWP_HISTORY_STEPS`` steps (default 5) from the seed
-``AWP_HISTORY_SEED`` (default 0): on 0.15.2 (0.19.8's code beside it, noxfile.py) 5 one-rank engine runs, a job of 3
-ranks through accelerate on 0.19.8 and a job's resume of 2 ranks; with the kept examples (one of them plays each kind
-the search draws) 171 s on 0.15.2 and 94 s on 0.19.8, which skips the kept history that changes the release (the
-development machine, 2026-12-06; 45 s before the search drew resumed jobs, accelerate, conversions and releases).
+``AWP_HISTORY_SEED`` (default 0): a patched start given its config by path, copied, its oldest save deleted, a job of
+2 ranks under ZeRO 2, an edited config and a resume; with the kept examples (one of them plays each kind the search
+draws) 108 s on 0.15.2 and 80 s on 0.19.8, each with the other release's code beside it (noxfile.py; the development
+machine, 2026-12-06).
 ``nox -s "histories(...)"`` runs a long search (200 histories of 8 steps, a seed from the clock unless given).
 """
 
@@ -56,7 +56,7 @@ def test_every_kept_history_keeps_the_rule(tmp_path: Path) -> None:
         assert _problems(kept["steps"], tmp_path / f"kept{example}") == [], kept
     if unplayed:
         pytest.skip(f"kept histories {unplayed} change the release and {histories.OTHER_DEEPSPEED} is not set "
-                    "(noxfile.py sets it on 0.15.2); "
+                    "(noxfile.py sets it in the tests and histories sessions); "
                     "the others kept the rule")
 
 

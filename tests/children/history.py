@@ -52,7 +52,8 @@ def train(*, mode: str, save_dir: Path, resume_from: Path | None, load: str | No
 
         def resume(engine: Any) -> None:
             engine.load_checkpoint(str(resume_from), load_optimizer_states=load != "no-optimizer",
-                                   load_lr_scheduler_states=load != "no-scheduler")
+                                   load_lr_scheduler_states=load != "no-scheduler",
+                                   load_module_only=load == "module-only")
 
         rows: list[list[float]] = harness.demo.train_deepspeed(
             histories.config_of(scheduler, zero), module, list(module.parameters()), steps,

@@ -41,7 +41,8 @@ def what_loads(resume: dict[str, str]) -> dict[str, bool]:
     """The engine's load_checkpoint arguments for a resume's ``load`` (tests/histories.py's LOADS, or "universal":
     whole)."""
     return {"load_optimizer_states": resume["load"] != "no-optimizer",
-            "load_lr_scheduler_states": resume["load"] != "no-scheduler"}
+            "load_lr_scheduler_states": resume["load"] != "no-scheduler",
+            "load_module_only": resume["load"] == "module-only"}
 
 
 def by_engine(config: dict[str, Any], module: Any,

@@ -70,8 +70,8 @@ def test_a_failing_history_shrinks_to_the_steps_that_fail() -> None:
 def test_histories_are_plain_data_of_the_steps_the_docs_name() -> None:
     steps = histories.history(random.Random(2), 40)
     assert steps[0]["op"] == "start" and {step["op"] for step in steps} <= {"start", "resume", "rerun", "copy",
-                                                                            "delete", "edit", "job", "jobresume",
-                                                                            "convert"}
+                                                                            "delete", "move", "edit", "job",
+                                                                            "jobresume", "convert"}
     assert all(step.get("mode", "off") in histories.MODES for step in steps)
 
 
@@ -141,3 +141,40 @@ def test_a_universal_checkpoint_is_its_own_engine_proven_only_beside_its_proven_
     hurt = {str(tmp_path / "run0"): [{"verdict": "not affected", "why": "", "engine": "global_step2_universal"}]}
     world.folders[0]["global_step2_universal"].step0 = [1e-3]
     assert "not affected, but global_step2_universal" in histories.broken(world, hurt)[0]
+
+
+def test_a_module_only_resume_is_a_new_run_with_its_own_step_0(tmp_path: Path) -> None:
+    # load_module_only: fresh scheduler and optimizer, global_steps from 0; the truth is its own first step
+    world = World(tmp_path, [{"global_step2": Save([0.0], proven=True, origin=1, fresh=True, zero=1)}], starts=1)
+    (tmp_path / "run0").mkdir()
+    (tmp_path / "run0" / "latest").write_text("global_step2")
+    trained: list[dict[str, Any]] = []
+
+    def train(**run: Any) -> list[list[float]]:
+        trained.append(run)
+        return [[1e-3]]
+
+    step = {"op": "resume", "run": 0, "mode": "off", "load": "module-only", "into": "same"}
+    histories.play(step, world, train, lambda **_: [], lambda *_, **__: True)
+    assert trained[0]["load"] == "module-only" and trained[0]["steps"] == 1, trained
+    new = world.folders[0]["global_step1"]
+    assert new.step0 == [1e-3] and new.origin == 2 and new.fresh and not new.proven, new
+    assert world.folders[0]["global_step2"].step0 == [0.0]
+    # a ZeRO 0 save: 0.15.2's load_module_only fails on its torch optimizer, so the step changes nothing
+    world.folders[0]["global_step2"].zero = 0
+    histories.play(step, world, train, lambda **_: [], lambda *_, **__: True)
+    assert len(trained) == 1
+
+
+def test_a_move_takes_the_oldest_save_into_a_folder_of_its_own(tmp_path: Path) -> None:
+    world = _world(tmp_path, Save([1e-3], proven=False, origin=1, fresh=True), Save([1e-3], proven=False, origin=1))
+    for tag in ("global_step2", "global_step3"):
+        (tmp_path / "run0" / tag).mkdir(parents=True)
+    (tmp_path / "run0" / "latest").write_text("global_step3")
+    histories.play({"op": "move", "run": 0}, world, lambda **_: [], lambda **_: [], lambda *_, **__: True)
+    assert sorted(world.folders[0]) == ["global_step3"] and sorted(world.folders[1]) == ["global_step2"]
+    assert (tmp_path / "run1" / "global_step2").is_dir() and (tmp_path / "run1" / "latest").read_text() == \
+        "global_step2"
+    # a folder of one save keeps it
+    histories.play({"op": "move", "run": 0}, world, lambda **_: [], lambda **_: [], lambda *_, **__: True)
+    assert len(world.folders) == 2
