@@ -46,7 +46,8 @@ def __getattr__(name: str) -> Any:
 
 
 # what the audit says of a run with no record whose release ran step 0 as 0.19.8 does, where an older release would
-# not have: a job that resumed such a save from another release leaves the same files (docs/audit.md, assumption 6)
+# not have: a job that resumed such a save from another release leaves the same files (docs/audit.md, "Which
+# release ran step 0")
 UNSEEN_START = "resumed a save of another release unpatched leaves these same files"
 
 

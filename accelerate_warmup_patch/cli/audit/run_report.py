@@ -100,8 +100,9 @@ def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
         chain = same_engine_record(run, read, report, config_root, newest)
     report.record = chain.record if chain is not None else first.record
     if chain is None and first.record is None and isinstance(first.global_steps, int) and first.global_steps > 0:
-        # the verdict then reads the release of this save as the one that ran step 0 (docs/audit.md, assumption 6):
-        # a job that resumed a save of another release, unpatched, leaves the same files, so the note says so
+        # a job that resumed a save of another release, unpatched, leaves the same files: the note says so, and the
+        # verdict clears step 0 only where every release would (unseen_start; docs/audit.md, "Which release ran
+        # step 0")
         report.notes.append(f"step 0 ran before the save {first.tag.name} ({first.global_steps} optimizer "
                             "steps), in this job or one it resumed from; no record of the patch says otherwise, and "
                             "these files do not say which release ran it if that job resumed a save of another")
