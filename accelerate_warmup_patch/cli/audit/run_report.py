@@ -105,7 +105,8 @@ def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
         # step 0")
         report.notes.append(f"step 0 ran before the save {first.tag.name} ({first.global_steps} optimizer "
                             "steps), in this job or one it resumed from; no record of the patch says otherwise, and "
-                            "these files do not say which release ran it if that job resumed a save of another")
+                            "these files do not say which release ran it, or whether the patch did, if that job "
+                            "resumed a save of another")
     report.config_files.extend(dict.fromkeys(s.config_file for s in (first, newest) if s.config_file))
     block = config.get("scheduler")
     scheduler: str | None = None
