@@ -214,7 +214,8 @@ def tests(session: nox.Session, deepspeed: str) -> None:
 def histories(session: nox.Session, deepspeed: str) -> None:
     """A long search for run histories that break the audit's rule (tests/test_audit_histories.py; CI runs 2): 200
     histories of 8 steps on real CPU engines, from a seed of the clock unless AWP_HISTORY_SEED is given (about an
-    hour and a half on a 2-core machine). A failing history is shrunk and kept in tests/histories_found.json."""
+    hour and a half on a 2-core machine); AWP_HISTORY_RANKS=4 lets its jobs have 4 ranks (CI's draw 1 to 3). A
+    failing history is shrunk and kept in tests/histories_found.json."""
     _install_stack(session, deepspeed)
     _own_ports(session, "histories", tiers.TEST_DEEPSPEED.index(deepspeed))
     session.install("pytest")

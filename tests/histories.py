@@ -20,8 +20,9 @@ A history is a list of steps, plain data (JSON), each one of:
 - ``edit``: the config file of the folder's runs given one by path rewritten after they ran (for the next experiment):
   its scheduler block removed, or its warmup made flat at the peak. The checkpoint's files do not change, nor does
   the truth; a fact read outside them may make a verdict worse, never clear a run;
-- ``job``: a fresh job of 1 to 3 ranks (torchrun, tests/children/history_job.py), each rank armed in its own mode,
-  through DeepSpeed's engine or accelerate's ``save_state`` (the tag ``pytorch_model``), into a new folder;
+- ``job``: a fresh job of 1 to 3 ranks (up to AWP_HISTORY_RANKS in a long search; torchrun,
+  tests/children/history_job.py), each rank armed in its own mode, through DeepSpeed's engine or accelerate's
+  ``save_state`` (the tag ``pytorch_model``), into a new folder;
 - ``jobresume``: a job that resumes a folder's newest save (as many ranks as its ZeRO partitions, else the step's),
   each rank in its own mode (a mode changed within the run), through accelerate where the save is accelerate's, or
   the folder's universal checkpoint into the step's ranks;
@@ -93,7 +94,9 @@ SCHEDULERS: dict[str, dict[str, Any]] = {
 }
 STAGES = (0, 1, 2)
 JOB_STAGES = (0, 2)  # a job's: its later ranks write no states file, or each its optimizer partition
-JOB_RANKS = (1, 2, 2, 3)  # a job's ranks (one: a release change of a one-rank run)
+# a job's ranks (one: a release change of a one-rank run); a long search may draw jobs of up to AWP_HISTORY_RANKS
+# ranks (4 and more cost seconds a job on 2 cores, so CI's draws stay those of 3)
+JOB_RANKS = (1, 2, 2, 3, *range(4, int(os.environ.get("AWP_HISTORY_RANKS", "3")) + 1))
 DRIVERS = ("engine", "engine", "accelerate")  # a job's: DeepSpeed's engine itself, or accelerate's save_state
 # what a step written before classes and stages were searched runs (tests/histories_found.json's older examples)
 DEFAULT_RUN = {"scheduler": "WarmupLR", "zero": 0, "model": "a", "tags": "global", "config": "dict"}
@@ -117,7 +120,9 @@ def history(rng: random.Random, length: int, releases: tuple[str, ...] = ("insta
             folders += 1
         elif op == "jobresume":
             into_new = rng.random() < 0.3
-            steps.append({"op": op, "run": rng.randrange(folders), "modes": [rng.choice(MODES) for _ in range(3)],
+            run = rng.randrange(folders)
+            modes = [rng.choice(MODES) for _ in range(max(JOB_RANKS))]  # each rank's, as many as the save's ranks
+            steps.append({"op": op, "run": run, "modes": modes,
                           "ranks": rng.choice(JOB_RANKS), "load": rng.choice((*LOADS, "universal")),
                           "into": "new" if into_new else "same", "release": rng.choice(releases),
                           "driver": rng.choice(DRIVERS)})

@@ -8,7 +8,8 @@ Budget: CI runs ``AWP_HISTORIES`` histories (default 2) of ``AWP_HISTORY_STEPS``
 2 ranks under ZeRO 2, an edited config and a resume; with the kept examples (one of them plays each kind the search
 draws) 108 s on 0.15.2 and 80 s on 0.19.8, each with the other release's code beside it (noxfile.py; the development
 machine, 2026-12-06).
-``nox -s "histories(...)"`` runs a long search (200 histories of 8 steps, a seed from the clock unless given).
+``nox -s "histories(...)"`` runs a long search (200 histories of 8 steps, a seed from the clock unless given; its jobs
+of up to ``AWP_HISTORY_RANKS`` ranks, 3 unless given).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ newest record bound to its save (``chain``), else from its earliest save that to
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import PurePath
 from typing import Any
 
@@ -21,6 +22,7 @@ from .report import Report
 from .saves import (
     converted_elsewhere,
     copied_from,
+    earlier_of_engine,
     earlier_proof,
     every_save,
     newest_bound_record,
@@ -149,6 +151,8 @@ def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
         report.verdict, report.step0_lrs, report.step0_lr = UNKNOWN, None, None
         report.differences.clear()
         report.why = f"{resumed}; if that process ran unpatched on DeepSpeed {first.version}: {report.why}"
+    if report.verdict == AFFECTED and first.record is None:
+        _unless_continued(run, read, report, config_root, first, scheduler, params)
     unsure = next((count.disagree for count in counts if count.ran is None and count.disagree), None)
     if unsure is not None and report.verdict == AFFECTED:
         # the scheduler moved and nothing shows an optimizer step: user code may have stepped it ahead of training
@@ -160,6 +164,26 @@ def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
         report.verdict, report.step0_lrs, report.step0_lr = UNKNOWN, None, None
         report.why = f"{report.why} {unseen}"
     return report
+
+
+def _unless_continued(run: Run, read: dict[PurePath, Save], report: Report, config_root: str | None, first: Save,
+                      scheduler: str, params: dict[str, Any]) -> None:
+    """The table judged ``first``'s process, on its release, as the one that ran step 0 unpatched (affected); where an
+    earlier save of the same model lies beside it under another tag (the source run of a universal checkpoint, a
+    custom tag's earlier epoch), written by a release that ran step 0 as 0.19.8 does, this run may have continued it:
+    then ``unknown``, naming both readings."""
+    earlier = earlier_of_engine(run, read, report, config_root, first)
+    if earlier is None or earlier.version == first.version:
+        return
+    scratch = replace(report, differences=[], notes=[], verdict=UNKNOWN, why="")
+    judge(scratch, scheduler, params, earlier.version, earlier.version, later=False).onto(scratch)
+    if scratch.verdict == AFFECTED:
+        return
+    report.verdict, report.step0_lrs, report.step0_lr = UNKNOWN, None, None
+    report.differences.clear()
+    report.why = (f"{earlier.tag.name} holds the same model at fewer optimizer steps ({earlier.global_steps}, here "
+                  f"{first.global_steps}), saved by DeepSpeed {earlier.version}: if this run continued it, step 0 ran "
+                  f"there ({scratch.why}); if it started afresh unpatched on DeepSpeed {first.version}: {report.why}")
 
 
 def _unconfigured(run: Run, read: dict[PurePath, Save], report: Report, config_root: str | None, *, first: Save,

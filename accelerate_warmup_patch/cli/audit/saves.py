@@ -207,23 +207,44 @@ def same_engine_record(run: Run, read: dict[PurePath, Save], report: Report, con
     fewer optimizer steps (custom tags such as epoch1..epoch4, a patched start resumed unpatched). A tag's name does
     not say which engine saved it; the files do. Its chain is then read as this engine's, and a fresh start in
     between stays possible (chain.py)."""
-    if newest.model is None or not isinstance(newest.global_steps, int):
-        return None
-    found: Save | None = None
-    for tag in run.siblings:
-        if tag not in read and not run.store.exists(tag / RECORD_FILE):
-            continue
-        save = read_earlier(tag, read, report, config_root, run.store)
-        if save is None or not save.vouched or save.model != newest.model or _scheduler_classes_differ(save, newest) \
-                or not isinstance(save.global_steps, int) or save.global_steps >= newest.global_steps:
-            continue
-        if found is None or save.global_steps > found.global_steps:
-            found = save
+    found = _nearest_of_engine(run, read, report, config_root, newest, newest.global_steps)
     if found is not None:
         report.notes.append(f"{found.tag.name} holds the same model at fewer optimizer steps ({found.global_steps}, "
                             f"here {newest.global_steps}) and a bound record: weighed as an earlier save of this "
                             "engine, whatever the tags' names")
     return found
+
+
+def _nearest_of_engine(run: Run, read: dict[PurePath, Save], report: Report, config_root: str | None, newest: Save,
+                       before: Any, observed: bool = False, recorded: bool = True) -> Save | None:
+    """The save under another tag of ``run``'s folder that holds the same model (its parameters' names, shapes and
+    dtypes) and scheduler class as ``newest`` at the most optimizer steps fewer than ``before``, with a bound record
+    (one that observed step 0, where ``observed``; any save, record or not, where not ``recorded``); None where there
+    is none."""
+    if newest.model is None or not isinstance(before, int):
+        return None
+    found: Save | None = None
+    for tag in run.siblings:
+        if recorded and tag not in read and not run.store.exists(tag / RECORD_FILE):
+            continue
+        save = read_earlier(tag, read, report, config_root, run.store)
+        if save is None or (recorded and not save.vouched) or save.model != newest.model or \
+                _scheduler_classes_differ(save, newest) or not isinstance(save.global_steps, int) or \
+                save.global_steps >= before:
+            continue
+        if observed and (save.record is None or save.record["step0"]["how"] != record_data.OBSERVED):
+            continue
+        if found is None or save.global_steps > found.global_steps:
+            found = save
+    return found
+
+
+def earlier_of_engine(run: Run, read: dict[PurePath, Save], report: Report, config_root: str | None,
+                      first: Save) -> Save | None:
+    """The nearest earlier save of ``first``'s engine under another tag beside it, recorded or not (a universal
+    checkpoint's source run, a custom tag's earlier epochs): where the table judged ``first``'s process as the one that
+    ran step 0, this run may have continued that save instead."""
+    return _nearest_of_engine(run, read, report, config_root, first, first.global_steps, recorded=False)
 
 
 def copied_from(run: Run, newest: Save, report: Report, config_root: str | None) -> Save | None:
@@ -296,4 +317,8 @@ def earlier_proof(run: Run, read: dict[PurePath, Save], report: Report, config_r
         if save is not None and save.record is not None and save.vouched and \
                 save.record["step0"]["how"] == record_data.OBSERVED:
             return save
-    return None
+    # under custom tags (epoch2, epoch3, ...) each tag is an engine of its own: the same model's earlier save under
+    # another tag, before the unrecorded process's save, is where that process may have resumed from too
+    unrecorded = chain.record["step0"].get("global_steps")
+    return _nearest_of_engine(run, read, report, config_root, chain,
+                              unrecorded if isinstance(unrecorded, int) else chain.global_steps, observed=True)
