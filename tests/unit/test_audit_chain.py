@@ -49,7 +49,6 @@ def test_a_chain_with_a_gap_is_unknown_where_an_earlier_bound_record_proves_step
         assert report["differences"] == [] and report["step0_lr"] is None, report
 
 
-
 def test_a_gap_under_custom_tags_is_unknown_where_the_same_engines_earlier_tag_proves_step_0(tmp_path: Path) -> None:
     # the same shape under custom tags (epoch3, epoch6, epoch9: each tag an engine of its own, tests/histories.py
     # seed 91 found it): epoch9's chain says step 0 ran unrecorded in epoch6; epoch3, the same model at fewer steps,
@@ -79,6 +78,7 @@ def test_an_unrecorded_save_beside_an_earlier_save_of_its_model_from_a_fixed_rel
     assert newest["verdict"] == verdict, newest
     if verdict == "unknown":
         assert "if this run continued it" in newest["why"] and "epoch2" in newest["why"], newest
+
 
 def test_a_chain_that_ends_in_an_unknown_release_is_unknown(tmp_path: Path) -> None:
     patched_run(tmp_path / "run", unrecorded(None), version="0.19.8")

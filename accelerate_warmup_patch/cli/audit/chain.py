@@ -86,7 +86,7 @@ def _unless_started_afresh(report: Report, scheduler: str, params: dict[str, Any
     wrote the newest save resumed from that chain (then it holds) or started afresh, unpatched, into the same
     folder (a rerun that saved fewer tags): only if such a fresh start on the newest save's release would not be
     affected does the chain's answer stand."""
-    scratch = _table_reading(report, scheduler, params, newest.version)
+    scratch = table_reading(report, scheduler, params, newest.version)
     unseen = unseen_start(report, scheduler, params, newest.version) if scratch.verdict == NOT_AFFECTED else None
     if unseen is None and scratch.verdict == NOT_AFFECTED:
         return cleared
@@ -116,7 +116,7 @@ def _unless_a_gap(report: Report, scheduler: str, params: dict[str, Any], earlie
                      "tell which")
 
 
-def _table_reading(report: Report, scheduler: str, params: dict[str, Any], release: str) -> Report:
+def table_reading(report: Report, scheduler: str, params: dict[str, Any], release: str) -> Report:
     """A copy of ``report`` judged by the guard table alone, as if ``release`` had run step 0 unpatched (no later
     change): its verdict, why, step-0 lrs and differences, for the caller to weigh."""
     scratch = replace(report, differences=[], notes=[], verdict=UNKNOWN, why="")
@@ -157,7 +157,7 @@ def _newest_step0_from_table(report: Report, scheduler: str, params: dict[str, A
                              release: str) -> list[Lr] | None:
     """What the reference release runs step 0 at for this config, per group, as the table reads it; None where it
     cannot."""
-    scratch = _table_reading(report, scheduler, params, release)
+    scratch = table_reading(report, scheduler, params, release)
     newest = scratch.newest_step0_lrs
     return list(newest) if newest else ([scratch.newest_step0_lr] if scratch.newest_step0_lr is not None
                                         else None)
@@ -191,7 +191,7 @@ def from_table(report: Report, scheduler: str, params: dict[str, Any], release: 
     """Step 0 judged by the guard table on ``release``. ``proof``: that release is known to have run step 0
     unpatched, so the table's answer stands; otherwise only a class or release that needs no fix clears it.
     ``seen`` False: ``release`` is a save's, and the process that ran step 0 left no record (``unseen_start``)."""
-    scratch = _table_reading(report, scheduler, params, release)
+    scratch = table_reading(report, scheduler, params, release)
     report.step0_lr, report.newest_step0_lr = scratch.step0_lr, scratch.newest_step0_lr
     report.step0_lrs, report.newest_step0_lrs = scratch.step0_lrs, scratch.newest_step0_lrs
     report.notes.extend(scratch.notes)
@@ -216,7 +216,7 @@ def unseen_start(report: Report, scheduler: str, params: dict[str, Any], release
     runs this config as the reference (then whichever ran it did); else the oldest that would not, and how, as the
     end of a ``why`` that says step 0 ran as the reference runs it."""
     for other in behavior_releases(scheduler):
-        scratch = _table_reading(report, scheduler, params, other)
+        scratch = table_reading(report, scheduler, params, other)
         if scratch.verdict != NOT_AFFECTED:
             return (f"if DeepSpeed {release} ran step 0; but no record says which release did: a job that resumed a "
                     f"save of another release unpatched leaves these same files, and on DeepSpeed {other} this run "

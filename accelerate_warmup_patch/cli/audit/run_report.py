@@ -6,14 +6,22 @@ newest record bound to its save (``chain``), else from its earliest save that to
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import PurePath
 from typing import Any
 
 from ... import record_data, releases
 from .. import config_facts
 from . import checkpoint_pickle
-from .chain import WORST, apply_claim, from_table, judge_from_chain, needs_nothing, proves_step0, unseen_start
+from .chain import (
+    WORST,
+    apply_claim,
+    from_table,
+    judge_from_chain,
+    needs_nothing,
+    proves_step0,
+    table_reading,
+    unseen_start,
+)
 from .checkpoint_pickle import Unreadable
 from .find import Run
 from .judge import STEP0_DIFFERENCE, judge
@@ -175,8 +183,7 @@ def _unless_continued(run: Run, read: dict[PurePath, Save], report: Report, conf
     earlier = earlier_of_engine(run, read, report, config_root, first)
     if earlier is None or earlier.version == first.version:
         return
-    scratch = replace(report, differences=[], notes=[], verdict=UNKNOWN, why="")
-    judge(scratch, scheduler, params, earlier.version, earlier.version, later=False).onto(scratch)
+    scratch = table_reading(report, scheduler, params, earlier.version)
     if scratch.verdict == AFFECTED:
         return
     report.verdict, report.step0_lrs, report.step0_lr = UNKNOWN, None, None
