@@ -214,8 +214,9 @@ def tests(session: nox.Session, deepspeed: str) -> None:
 def histories(session: nox.Session, deepspeed: str) -> None:
     """A long search for run histories that break the audit's rule (tests/test_audit_histories.py; CI runs 2): 200
     histories of 8 steps on real CPU engines, from a seed of the clock unless AWP_HISTORY_SEED is given (about an
-    hour and a half on a 2-core machine); AWP_HISTORY_RANKS=4 lets its jobs have 4 ranks (CI's draw 1 to 3). A
-    failing history is shrunk and kept in tests/histories_found.json."""
+    hour and a half on a 2-core machine); AWP_HISTORY_RANKS=4 lets its jobs have 4 ranks (CI's draw 1 to 3); some
+    of its runs save as the HF Trainer does (checkpoint-N/global_stepN; CI's do not; AWP_HISTORY_TRAINER=0 turns it
+    off). A failing history is shrunk and kept in tests/histories_found.json."""
     _install_stack(session, deepspeed)
     _own_ports(session, "histories", tiers.TEST_DEEPSPEED.index(deepspeed))
     session.install("pytest")
@@ -225,7 +226,8 @@ def histories(session: nox.Session, deepspeed: str) -> None:
     session.log(f"AWP_HISTORY_SEED={seed}")
     session.run("pytest", "-q", "-p", "no:cacheprovider", "-x", "tests/test_audit_histories.py", *session.posargs,
                 env={"PYTHONUNBUFFERED": "1", "AWP_HISTORIES": os.environ.get("AWP_HISTORIES", "200"),
-                     "AWP_HISTORY_STEPS": os.environ.get("AWP_HISTORY_STEPS", "8"), "AWP_HISTORY_SEED": seed})
+                     "AWP_HISTORY_STEPS": os.environ.get("AWP_HISTORY_STEPS", "8"), "AWP_HISTORY_SEED": seed,
+                     "AWP_HISTORY_TRAINER": os.environ.get("AWP_HISTORY_TRAINER", "1")})
 
 
 @nox.session(python="3.11", requires=["lint", "unit"])

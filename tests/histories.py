@@ -33,8 +33,11 @@ release's code (noxfile.py: 0.19.8's beside 0.15.2, 0.15.2's beside 0.19.8), on 
 release and resume on the other.
 
 A run names its saves ``global_stepN`` (DeepSpeed's default) or by a custom tag (``epochN`` for model ``a``,
-``criticN`` for ``b``), and gets its config as a dict, as an absolute path to a JSON file, or as a path relative to
-the working folder (DeepSpeed's own examples' ``--deepspeed_config``).
+``criticN`` for ``b``), or (a long search's, AWP_HISTORY_TRAINER) saves them as the HF Trainer does: each into a
+folder of its own, ``checkpoint-N/global_stepN`` with ``checkpoint-N/latest``, resumed from the highest
+``checkpoint-N``, rotated (``delete``, ``move``) a ``checkpoint-N`` at a time, not converted; and gets its config as
+a dict, as an absolute path to a JSON file, or as a path relative to the working folder (DeepSpeed's own examples'
+``--deepspeed_config``).
 
 Each engine runs in a mode: ``off`` (the patch removed), ``reset`` or ``warn``, under ZeRO stage 0, 1 or 2 and one
 of the three warmup classes (``SCHEDULERS``), a resume as the save it loads. Each class warms up linearly from 0.0 to
@@ -98,6 +101,9 @@ JOB_STAGES = (0, 2)  # a job's: its later ranks write no states file, or each it
 # ranks (4 and more cost seconds a job on 2 cores, so CI's draws stay those of 3)
 JOB_RANKS = (1, 2, 2, 3, *range(4, int(os.environ.get("AWP_HISTORY_RANKS", "3")) + 1))
 DRIVERS = ("engine", "engine", "accelerate")  # a job's: DeepSpeed's engine itself, or accelerate's save_state
+# a long search may save some runs as the HF Trainer does (checkpoint-N/global_stepN); CI's draws stay without them
+TRAINER = os.environ.get("AWP_HISTORY_TRAINER", "") not in ("", "0")
+ROUND = "checkpoint-"  # the Trainer's folder of one save: checkpoint-<its step count>
 # what a step written before classes and stages were searched runs (tests/histories_found.json's older examples)
 DEFAULT_RUN = {"scheduler": "WarmupLR", "zero": 0, "model": "a", "tags": "global", "config": "dict"}
 Step = dict[str, Any]
@@ -170,10 +176,12 @@ def in_release(release: str, env: dict[str, str]) -> None:
 
 def _run_kind(rng: random.Random) -> dict[str, Any]:
     """A fresh engine's scheduler class, ZeRO stage, model, tags and config (mostly the default model, tags and
-    config: the others are the edges)."""
-    return {"scheduler": rng.choice(sorted(SCHEDULERS)), "zero": rng.choice(STAGES),
-            "model": "b" if rng.random() < 0.25 else "a", "tags": "custom" if rng.random() < 0.4 else "global",
-            "config": rng.choice(CONFIGS)}
+    config: the others are the edges; the Trainer's layout only where TRAINER, from the same draw, so that CI's
+    histories stay as they were)."""
+    scheduler, zero, model, layout = (rng.choice(sorted(SCHEDULERS)), rng.choice(STAGES),
+                                      "b" if rng.random() < 0.25 else "a", rng.random())
+    tags = "custom" if layout < 0.4 else "trainer" if TRAINER and layout >= 0.75 else "global"
+    return {"scheduler": scheduler, "zero": zero, "model": model, "tags": tags, "config": rng.choice(CONFIGS)}
 
 
 # The truth, and the runs ---------------------------------------------------------------------------------------------
@@ -270,15 +278,29 @@ def tag_name(save: Save) -> str:
     """The tag a save of ``save.steps`` steps is written under (DeepSpeed's default, or the run's custom one)."""
     if save.tags == "accelerate":
         return "pytorch_model"  # accelerate's save_state: one tag, saved over
+    if save.tags == "trainer":
+        return f"{ROUND}{save.steps}/global_step{save.steps}"  # the Trainer's: the run's folder holds checkpoint-N
     return f"global_step{save.steps}" if save.tags == "global" else f"{CUSTOM_TAG[save.model]}{save.steps}"
+
+
+def own_tag(save: Save) -> str | None:
+    """The tag its engine is given: None for DeepSpeed's own global_stepN (the Trainer's too), else tag_name's."""
+    return None if save.tags in ("global", "trainer") else tag_name(save)
+
+
+def save_dir(world: World, index: int, save: Save) -> Path:
+    """The folder an engine saves ``save`` into: the run's, or (the Trainer's) its checkpoint-N in it."""
+    if save.tags == "trainer":
+        return world.path(index) / f"{ROUND}{save.steps}"
+    return world.path(index)
 
 
 def _fresh(world: World, index: int, step: Step, train: Train) -> None:
     kind = {key: step.get(key, value) for key, value in DEFAULT_RUN.items()}
     save = Save([], proven=step["mode"] == "reset", origin=world.starts + 1, fresh=True,
                 recorded=step["mode"] != "off", **kind)
-    save.step0 = _train(world, save, train, mode=step["mode"], save_dir=world.path(index), resume_from=None,
-                        load=None)[0]
+    save.step0 = _train(world, save, train, mode=step["mode"], save_dir=save_dir(world, index, save),
+                        resume_from=None, load=None)[0]
     world.starts += 1
     _place(world, index, save)
 
@@ -325,17 +347,29 @@ def _job_resume(world: World, source: int, step: Step, job: Job) -> None:
     # accelerate's load_state reads the tag pytorch_model: a save of accelerate's own, else the engine's (the module
     # alone: the engine's load_checkpoint, which accelerate's load_state does not offer)
     driver = step.get("driver", "engine") if loaded.tags == "accelerate" and not fresh else "engine"
-    firsts = job(modes=modes, save_dir=world.path(target), scheduler=loaded.scheduler, zero=loaded.zero,
-                 model=loaded.model, tag=None if tags == "global" else tag_name(save),
-                 resume={"from": str(world.path(source)), "load": load}, release=release, driver=driver)
+    firsts = job(modes=modes, save_dir=save_dir(world, target, save), scheduler=loaded.scheduler, zero=loaded.zero,
+                 model=loaded.model, tag=own_tag(save), resume={"from": str(load_dir(world, source)), "load": load},
+                 release=release, driver=driver)
     if fresh:
         save.step0 = next((lrs for lrs in firsts if not _same(lrs, REFERENCE_STEP0)), firsts[0])
     _place(world, target, save)
 
 
 def newest(world: World, index: int) -> str:
-    """The tag the folder's ``latest`` names: the save a resume loads."""
-    return (world.path(index) / "latest").read_text().strip()
+    """The save a resume loads: the tag the folder's ``latest`` names; where it has none (a Trainer's output), the
+    highest ``checkpoint-N``'s, as ``checkpoint-N/<tag>``."""
+    folder = world.path(index)
+    if (folder / "latest").exists():
+        return (folder / "latest").read_text().strip()
+    rounds = [int(tag[len(ROUND):].split("/")[0]) for tag in world.folders[index] if tag.startswith(ROUND)]
+    highest = f"{ROUND}{max(rounds)}"
+    return f"{highest}/{(folder / highest / 'latest').read_text().strip()}"
+
+
+def load_dir(world: World, index: int) -> Path:
+    """The folder a resume of ``index`` hands the engine's load_checkpoint (which reads ``latest`` in it): the run's,
+    or the checkpoint-N of its newest save."""
+    return world.path(index) / os.path.dirname(newest(world, index))
 
 
 def _target(world: World, source: int, step: Step) -> int:
@@ -369,8 +403,8 @@ def _resume(world: World, source: int, step: Step, train: Train) -> None:
                     scheduler=loaded.scheduler, zero=loaded.zero, model=loaded.model, tags=loaded.tags,
                     config=loaded.config, steps=loaded.steps + 1, step0_release=loaded.step0_release,
                     recorded=step["mode"] != "off")
-    rows = _train(world, save, train, mode=step["mode"], save_dir=world.path(target), resume_from=world.path(source),
-                  load=step["load"], steps=1)
+    rows = _train(world, save, train, mode=step["mode"], save_dir=save_dir(world, target, save),
+                  resume_from=load_dir(world, source), load=step["load"], steps=1)
     if step["load"] == "module-only":
         save.step0 = rows[0]
     _place(world, target, save)
@@ -401,10 +435,9 @@ def _train(world: World, save: Save, train: Train, **run: Any) -> list[list[floa
         save.config_file.parent.mkdir(exist_ok=True)
         save.config_file.write_text(json.dumps(config))
         given = str(save.config_file if save.config == "absolute" else relative)
-    custom = None if save.tags == "global" else tag_name(save)
     steps = run.pop("steps", 2 if save.fresh else 1)
-    return train(steps=steps, scheduler=save.scheduler, zero=save.zero, model=save.model, tag=custom, config=given,
-                 **run)
+    return train(steps=steps, scheduler=save.scheduler, zero=save.zero, model=save.model, tag=own_tag(save),
+                 config=given, **run)
 
 
 def config_of(scheduler: str, zero: int) -> dict[str, Any]:
@@ -423,7 +456,7 @@ def _convert(world: World, index: int, step: Step, convert: Convert) -> None:
     saves = world.folders[index]
     tag = newest(world, index)
     source = saves[tag]
-    if source.zero == 0 or source.config != "dict":
+    if source.zero == 0 or source.config != "dict" or source.tags == "trainer":
         return  # ds_to_universal reads ZeRO partitions, and refuses a ds_config that the engine was given by path
     universal = f"{tag}_universal"
     shutil.rmtree(world.path(index) / universal, ignore_errors=True)  # converted again: the old copy goes
@@ -447,9 +480,10 @@ def _oldest(world: World, index: int) -> str | None:
 
 
 def _delete_oldest(world: World, index: int) -> None:
+    """The folder's oldest save removed (the Trainer's ``save_total_limit``: its whole checkpoint-N)."""
     oldest = _oldest(world, index)
     if oldest is not None:
-        shutil.rmtree(world.path(index) / oldest)
+        shutil.rmtree(world.path(index) / oldest.split("/")[0])
         del world.folders[index][oldest]
 
 
@@ -461,8 +495,10 @@ def _move_oldest(world: World, index: int) -> None:
         return
     target = world.path(len(world.folders))
     target.mkdir()
-    shutil.move(str(world.path(index) / oldest), str(target / oldest))
-    (target / "latest").write_text(oldest)
+    moved = oldest.split("/")[0]  # a Trainer's save: its checkpoint-N, ``latest`` in it
+    shutil.move(str(world.path(index) / moved), str(target / moved))
+    if moved == oldest:
+        (target / "latest").write_text(oldest)
     world.folders.append({oldest: world.folders[index].pop(oldest)})
 
 
@@ -503,7 +539,7 @@ def _reported(saves: dict[str, Save], engine: str | None) -> dict[str, Save]:
     if engine in saves:
         return {engine: saves[engine]}
     if engine.startswith("global_step"):
-        return {tag: save for tag, save in saves.items() if save.tags == "global"}
+        return {tag: save for tag, save in saves.items() if save.tags in ("global", "trainer")}
     return {tag: save for tag, save in saves.items() if tag == engine}
 
 

@@ -70,7 +70,9 @@ def job(*, modes: list[str], save_dir: Path, scheduler: str, zero: int, model: s
     fresh engine or a resume (``resume``: the folder and how it loads), saved into ``save_dir`` (``tag``: None for
     global_stepN), on the installed DeepSpeed or (``release`` "other") on histories.OTHER_DEEPSPEED's, through the
     engine or accelerate (``driver``); each rank's lrs at its first step."""
-    out = save_dir.parent / f"{save_dir.name}.ranks"
+    # each rank's lrs beside the run folder, not in it (a Trainer's save_dir is the run folder's checkpoint-N)
+    run_folder = save_dir.parent if save_dir.name.startswith(histories.ROUND) else save_dir
+    out = run_folder.with_name("-".join(save_dir.relative_to(run_folder.parent).parts) + ".ranks")
     shutil.rmtree(out, ignore_errors=True)  # a later job into the same folder
     out.mkdir()
     # the launcher's own rank variables, not this process's one-rank ones; the patch armed by each rank alone

@@ -178,3 +178,45 @@ def test_a_move_takes_the_oldest_save_into_a_folder_of_its_own(tmp_path: Path) -
     # a folder of one save keeps it
     histories.play({"op": "move", "run": 0}, world, lambda **_: [], lambda **_: [], lambda *_, **__: True)
     assert len(world.folders) == 2
+
+
+def test_a_trainer_run_saves_each_step_count_into_a_checkpoint_folder_of_its_own(tmp_path: Path) -> None:
+    # the HF Trainer's layout: checkpoint-N/global_stepN, latest inside checkpoint-N, none in the run's folder
+    world = World(tmp_path)
+    trained: list[dict[str, Any]] = []
+
+    def train(**run: Any) -> list[list[float]]:
+        trained.append(run)
+        round_ = Path(run["save_dir"])
+        (round_ / f"global_step{round_.name.split('-')[1]}").mkdir(parents=True)
+        (round_ / "latest").write_text(f"global_step{round_.name.split('-')[1]}")
+        return [[0.0]]
+
+    start = {"op": "start", "mode": "reset", "scheduler": "WarmupLR", "zero": 1, "model": "a", "tags": "trainer",
+             "config": "dict"}
+    histories.play(start, world, train, lambda **_: [], lambda *_, **__: True)
+    histories.play({"op": "resume", "run": 0, "mode": "reset", "load": "whole", "into": "same"}, world, train,
+                   lambda **_: [], lambda *_, **__: True)
+    assert [(run["save_dir"], run["resume_from"], run["tag"]) for run in trained] == [
+        (tmp_path / "run0" / "checkpoint-2", None, None),
+        (tmp_path / "run0" / "checkpoint-3", tmp_path / "run0" / "checkpoint-2", None)]
+    assert sorted(world.folders[0]) == ["checkpoint-2/global_step2", "checkpoint-3/global_step3"]
+    assert histories.newest(world, 0) == "checkpoint-3/global_step3"
+    # the audit names the engine global_step*: a Trainer run's saves are its saves
+    report = {str(tmp_path / "run0"): [{"verdict": "unknown", "why": "", "engine": "global_step*"}]}
+    assert "a bound record proves" in histories.broken(world, report)[0]
+    # rotated a checkpoint-N at a time: the whole folder moves, no latest written beside it
+    histories.play({"op": "move", "run": 0}, world, train, lambda **_: [], lambda *_, **__: True)
+    assert sorted(world.folders[1]) == ["checkpoint-2/global_step2"]
+    assert (tmp_path / "run1" / "checkpoint-2" / "latest").exists() and not (tmp_path / "run1" / "latest").exists()
+    assert not (tmp_path / "run0" / "checkpoint-2").exists()
+
+
+def test_only_a_long_search_draws_the_trainers_layout(monkeypatch: Any) -> None:
+    drawn = [step for seed in range(20) for step in histories.history(random.Random(seed), 8)]
+    assert all(step.get("tags") != "trainer" for step in drawn)
+    monkeypatch.setattr(histories, "TRAINER", True)
+    again = [step for seed in range(20) for step in histories.history(random.Random(seed), 8)]
+    assert any(step.get("tags") == "trainer" for step in again)
+    # the same draws, only the layout differs: CI's histories stay as they were
+    assert [{**step, "tags": None} for step in drawn] == [{**step, "tags": None} for step in again]
