@@ -111,6 +111,25 @@ def test_a_universal_checkpoint_of_an_unrecorded_save_beside_it_is_judged_as_tha
                                                             "global_step6_universal": "affected"}, reports
 
 
+def test_a_universal_checkpoint_beside_its_patched_source_casts_no_doubt_on_a_later_save(tmp_path: Path) -> None:
+    # found by the run-history search (0.15.2, seed 92): custom tags, epoch2 patched and converted beside it, a
+    # patched resume saved epoch3; the copy, weighed as the same model's save, read as a fresh unpatched start
+    patched_run(tmp_path / "run", observed([0.0], [0.0]), tag="epoch2", global_steps=2)
+    _universal(tmp_path / "run", "epoch2")
+    patched_run(tmp_path / "run", observed([0.0], [0.0]), tag="epoch3", global_steps=3)
+    _, reports = audit(tmp_path / "run")
+    verdicts = {r["engine"]: r["verdict"] for r in reports}
+    assert verdicts == {"epoch2": "not affected", "epoch2_universal": "not affected", "epoch3": "not affected"}, \
+        reports
+    # a copy of another run's save is no copy of epoch2: it still may be a fresh unpatched start
+    files.write_run(tmp_path / "other", tag="epoch2", global_steps=2, lr=2e-3)
+    shutil.copy2(tmp_path / "other" / "epoch2" / "mp_rank_00_model_states.pt",
+                 tmp_path / "run" / "epoch2_universal" / "mp_rank_00_model_states.pt")
+    _, reports = audit(tmp_path / "run")
+    epoch3 = next(r for r in reports if r["engine"] == "epoch3")
+    assert epoch3["verdict"] == "unknown" and "epoch2_universal" in epoch3["why"], epoch3
+
+
 class _UniversalEngine(Engine):
     def load_universal_checkpoint(self) -> bool:
         return True

@@ -63,7 +63,7 @@ def every_save(run: Run, read: dict[PurePath, Save], report: Report, config_root
         if step_counts(save).ran is False or not_deepspeeds(save) is not None:
             continue  # no optimizer step before it (no lr was used yet), or a scheduler the bug cannot reach
         found.append(_vouched(report, save, scheduler, params) if save.vouched else
-                     _fresh_start(report, save))
+                     _copy_or_fresh_start(run, report, save, config_root, scheduler, params))
     worst = [item for item in found if item[0] != NOT_AFFECTED]
     if worst:
         verdict = max((verdict for verdict, _ in worst), key=WORST.__getitem__)
@@ -106,6 +106,17 @@ def _vouched(report: Report, save: Save, scheduler: str, params: dict[str, Any])
         report.differences.extend(scratch.differences)
         return AFFECTED, f"the record of the save {save.tag.name} says: {why}"
     return UNKNOWN, f"the record of the save {save.tag.name} does not prove step 0: {why}"
+
+
+def _copy_or_fresh_start(run: Run, report: Report, save: Save, config_root: str | None, scheduler: str,
+                         params: dict[str, Any]) -> tuple[str, str]:
+    """A save no bound record vouches for: where its model-states file, weights and all, is a byte copy of a save
+    here that a bound record vouches for (a universal checkpoint beside its source, a copied tag), it ran as that
+    one did; else ``_fresh_start``."""
+    found = _recorded_original(run, save.tag, (*run.tags, *run.siblings), config_root)
+    if found is None or not found[1]:
+        return _fresh_start(report, save)
+    return _vouched(report, found[0], scheduler, params)
 
 
 def _fresh_start(report: Report, save: Save) -> tuple[str, str]:
@@ -252,11 +263,30 @@ def copied_from(run: Run, newest: Save, report: Report, config_root: str | None)
     bound record (a universal checkpoint: ds_to_universal copies the model states, not the record; a copied tag
     folder): that save, its record marked ``bound`` where the file holds the weights (so its bytes tell runs
     apart), else with ``bound`` False and why (ZeRO 3, the pipeline). None where no tag matches."""
-    recorded = [tag for tag in run.siblings if run.store.exists(tag / RECORD_FILE)]  # from the walk's listing
+    found = _recorded_original(run, run.tag, run.siblings, config_root)
+    if found is None:
+        return None
+    save, weights = found
+    report.notes.append(f"{newest.tag.name} holds no record; its model-states file is a copy of "
+                        f"{save.tag.name}'s (a universal checkpoint, or a copied tag folder)")
+    if not weights:
+        assert save.record is not None
+        save.record = {**save.record, "bound": False,
+                       "why": f"{newest.tag.name} holds no record, and the model states it copied from "
+                              f"{save.tag.name} hold no weights (ZeRO 3, or the pipeline's layer files): its record "
+                              "proves nothing about it"}
+    return save
+
+
+def _recorded_original(run: Run, copy: PurePath, among: tuple[PurePath, ...],
+                       config_root: str | None) -> tuple[Save, bool] | None:
+    """The tag of ``among`` with a bound record whose model-states file ``copy``'s is a byte copy of, and whether
+    that file holds the weights (else its bytes do not tell runs apart); None where none is."""
+    recorded = [tag for tag in among if tag != copy and run.store.exists(tag / RECORD_FILE)]  # the walk's listing
     if not recorded:
         return None
     try:
-        bound = read_save(run.tag, config_root, run.store, bind=True).binding
+        bound = read_save(copy, config_root, run.store, bind=True).binding
     except Unreadable:
         return None
     if bound is None:
@@ -266,17 +296,8 @@ def copied_from(run: Run, newest: Save, report: Report, config_root: str | None)
             save = read_save(tag, config_root, run.store)
         except Unreadable:
             continue
-        if save.record is None or not save.vouched or \
-                not binding.same_model_states(save.record["bound_to"], bound):
-            continue
-        report.notes.append(f"{newest.tag.name} holds no record; its model-states file is a copy of "
-                            f"{tag.name}'s (a universal checkpoint, or a copied tag folder)")
-        if not binding.holds_weights(run.store.names(tag), bound["file"]):
-            save.record = {**save.record, "bound": False,
-                           "why": f"{newest.tag.name} holds no record, and the model states it copied from "
-                                  f"{tag.name} hold no weights (ZeRO 3, or the pipeline's layer files): its record "
-                                  "proves nothing about it"}
-        return save
+        if save.record is not None and save.vouched and binding.same_model_states(save.record["bound_to"], bound):
+            return save, binding.holds_weights(run.store.names(tag), bound["file"])
     return None
 
 
