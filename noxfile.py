@@ -122,16 +122,22 @@ def _install_oracle(session: nox.Session, deepspeed: str) -> None:
                         f"deepspeed=={releases.BEHAVIOR_REFERENCE}")
 
 
-def _other_release(session: nox.Session, deepspeed: str) -> None:
+def _other_release(session: nox.Session, deepspeed: str, chosen: str | None = None) -> None:
     """The suite's other release's code made runnable beside the installed release, for the run histories' release
     changes (tests/histories.py, AWP_HISTORY_OTHER_DEEPSPEED: that folder first on the path of this venv's Python).
     Beside the buggy release, the reference in _install_oracle's folder, with einops, its one dependency the buggy
     release lacks; beside the reference, the buggy release, installed the same way (--target, no dependencies: the
-    reference's venv holds them)."""
-    other = next(release for release in tiers.TEST_DEEPSPEED if release != deepspeed)
-    if other == releases.BEHAVIOR_REFERENCE:
+    reference's venv holds them). A long search may choose another release (``chosen``: 0.15.3, say), installed into
+    a folder of its own the same way."""
+    other = chosen or next(release for release in tiers.TEST_DEEPSPEED if release != deepspeed)
+    if other == releases.BEHAVIOR_REFERENCE and not chosen:
         session.install("einops")
         folder = Path(session.virtualenv.location) / "reference-deepspeed"
+    elif chosen:
+        session.install("einops")
+        folder = Path(session.virtualenv.location) / f"deepspeed-{chosen}"
+        session.install(*_find_links(), "--no-deps", "--no-build-isolation", "--target", str(folder),
+                        f"deepspeed=={chosen}")
     else:
         folder = Path(session.virtualenv.location) / "other-deepspeed"
         session.install(*_find_links(), "--no-deps", "--no-build-isolation", "--target", str(folder),
@@ -216,12 +222,13 @@ def histories(session: nox.Session, deepspeed: str) -> None:
     histories of 8 steps on real CPU engines, from a seed of the clock unless AWP_HISTORY_SEED is given (about an
     hour and a half on a 2-core machine); AWP_HISTORY_RANKS=4 lets its jobs have 4 ranks (CI's draw 1 to 3); some
     of its runs save as the HF Trainer does (checkpoint-N/global_stepN; CI's do not; AWP_HISTORY_TRAINER=0 turns it
-    off). A failing history is shrunk and kept in tests/histories_found.json."""
+    off); AWP_HISTORY_OTHER_RELEASE=0.15.3 (say) changes release to that one instead of the suite's other. A failing
+    history is shrunk and kept in tests/histories_found.json."""
     _install_stack(session, deepspeed)
     _own_ports(session, "histories", tiers.TEST_DEEPSPEED.index(deepspeed))
     session.install("pytest")
     _install_oracle(session, deepspeed)
-    _other_release(session, deepspeed)
+    _other_release(session, deepspeed, os.environ.get("AWP_HISTORY_OTHER_RELEASE"))
     seed = os.environ.get("AWP_HISTORY_SEED") or str(int(time.time()))
     session.log(f"AWP_HISTORY_SEED={seed}")
     session.run("pytest", "-q", "-p", "no:cacheprovider", "-x", "tests/test_audit_histories.py", *session.posargs,

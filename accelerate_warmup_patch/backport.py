@@ -139,9 +139,11 @@ def _settle(scheduler: Any, construction: Construction | None, when: str, peak_k
     if warn and (moved or done or later):
         STATE.would_fix += 1
         _warn_instead(scheduler, name, version, changes, done + left, later)
+        # why the release differs: its start where reset would move or build something, else the later steps'
+        because = _why(name, version) if moved or done else "; ".join(later)
         record_writer.note(scheduler, record_writer.Action(
             record_writer.WARNED, before, after, f"warn mode: reset would have set {_what(moved, done, later)} as "
-            f"DeepSpeed {releases.BEHAVIOR_REFERENCE} does ({_why(name, version)}); nothing was changed"))
+            f"DeepSpeed {releases.BEHAVIOR_REFERENCE} does ({because}); nothing was changed"))
         return
     for outcome in left:
         if outcome.left_line is not None:

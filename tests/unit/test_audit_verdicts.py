@@ -114,6 +114,24 @@ def test_an_unbound_record_never_clears_a_run(tmp_path: Path) -> None:
     assert any("unbound (a checkpoint engine that writes later)" in note for note in report["notes"])
 
 
+def test_an_unbound_warn_record_whose_warning_was_about_later_steps_names_no_harm_of_step_0(tmp_path: Path) -> None:
+    # found by the run-history search (0.15.2 with 0.15.3 beside it, seed 99): a 2-rank job on 0.15.3, rank 0 in
+    # warn mode, rank 1 unarmed (so the record is a claim); 0.15.3 starts a one-group WarmupCosineLR as 0.19.8 does,
+    # and warn mode warned only that reset would answer the cosine past total_num_steps otherwise (#8142): not a
+    # step the run had reached, which the files' own reading judges
+    cosine = {"type": "WarmupCosineLR", "params": {"warmup_min_ratio": 0.0, "cos_min_ratio": 0.1,
+                                                    "total_num_steps": 20, "warmup_num_steps": 5}}
+    folder = patched_run(tmp_path / "run", observed([0.0], [0.0], deepspeed="0.15.3", patch_did="warned"),
+                         version="0.15.3", scheduler=cosine, bound=False, mode="warn", global_steps=2,
+                         tag="global_step2")
+    record = json.loads((folder / record_data.RECORD_FILE).read_text())
+    record["scheduler"] |= {"class": "WarmupCosineLR", "step0": "warned", "lrs_before": [0.0], "lrs_after": [0.0]}
+    write_record(folder, record)
+    _, report = one(tmp_path / "run")
+    assert report["verdict"] == "unknown" and "warned, not fixed" not in report["why"], report
+    assert any("warned, changing nothing" in note for note in report["notes"]), report
+
+
 def test_an_unbound_record_that_names_a_harm_counts(tmp_path: Path) -> None:
     folder = patched_run(tmp_path / "run", observed([0.001], [0.0]), bound=False, mode="warn")
     record = json.loads((folder / record_data.RECORD_FILE).read_text())

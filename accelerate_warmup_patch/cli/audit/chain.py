@@ -268,7 +268,12 @@ def apply_claim(report: Report, record: dict[str, Any]) -> None:
     step0, before, after = scheduler["step0"], scheduler["lrs_before"], scheduler["lrs_after"]
     if report.scheduler is None:
         report.scheduler = scheduler["class"]
-    if step0 == record_data.WARNED and before:
+    if step0 == record_data.WARNED and before and after and record_data.same_lrs(before, after):
+        # the warning was about later steps (reset would have changed them, not step 0): the files' own reading of
+        # an unpatched run judges those, at the iteration the save reached
+        report.notes.append(f"{who} warned, changing nothing: {scheduler['why'] or 'no reason given'} (step 0 "
+                            f"unchanged, {lrs_text(before, None)}): judged from the checkpoint as an unpatched run")
+    elif step0 == record_data.WARNED and before:
         report.verdict = AFFECTED
         report.why = (f"warned, not fixed ({who}): step 0 ran at {lrs_text(before, None)}, reset mode would have "
                       f"run it at {lrs_text(after, None)}")
