@@ -130,16 +130,12 @@ def _other_release(session: nox.Session, deepspeed: str, chosen: str | None = No
     reference's venv holds them). A long search may choose another release (``chosen``: 0.15.3, say), installed into
     a folder of its own the same way."""
     other = chosen or next(release for release in tiers.TEST_DEEPSPEED if release != deepspeed)
+    if chosen or other == releases.BEHAVIOR_REFERENCE:
+        session.install("einops")
     if other == releases.BEHAVIOR_REFERENCE and not chosen:
-        session.install("einops")
         folder = Path(session.virtualenv.location) / "reference-deepspeed"
-    elif chosen:
-        session.install("einops")
-        folder = Path(session.virtualenv.location) / f"deepspeed-{chosen}"
-        session.install(*_find_links(), "--no-deps", "--no-build-isolation", "--target", str(folder),
-                        f"deepspeed=={chosen}")
     else:
-        folder = Path(session.virtualenv.location) / "other-deepspeed"
+        folder = Path(session.virtualenv.location) / (f"deepspeed-{chosen}" if chosen else "other-deepspeed")
         session.install(*_find_links(), "--no-deps", "--no-build-isolation", "--target", str(folder),
                         f"deepspeed=={other}")
     session.env["AWP_HISTORY_OTHER_DEEPSPEED"] = str(folder)
