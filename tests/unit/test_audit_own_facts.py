@@ -221,3 +221,29 @@ def test_a_save_whose_scheduler_restarted_after_step_0_is_not_judged_as_the_proc
     files.write_run(tmp_path / "agree")
     assert one(tmp_path / "skipped")[1]["verdict"] == "affected"
     assert one(tmp_path / "agree")[1]["verdict"] == "affected"
+
+
+def test_a_patched_resume_of_an_unpatched_torch_scheduler_run_is_not_affected(tmp_path: Path) -> None:
+    # the HF Trainer's own scheduler, its first run unpatched (global_step2), resumed patched (global_step3): the
+    # record knows of step 0 only that it ran unrecorded in global_step2, which is read as an unrecorded save is, by
+    # the torch scheduler its files show (found by the run-history search's Trainer jobs: "unknown" before)
+    trainer = files.model_states(ds_config={"train_micro_batch_size_per_gpu": 2}, global_steps=2)
+    trainer["lr_scheduler"] = TORCH_STATE
+    resumed_from = {"how": "unrecorded", "deepspeed": "0.15.2", "global_steps": 2, "tag": "global_step2",
+                    "scheduler": None, "why": "the save it resumed from (global_step2) holds no record"}
+    cases = {"beside": (True, None, TORCH_STATE), "alone": (False, None, TORCH_STATE),
+             "under a DeepSpeed scheduler": (True, "WarmupLR", TORCH_STATE),
+             "into DeepSpeed's": (True, None, {"last_batch_iteration": 2})}
+    for name, (beside, scheduler, state) in cases.items():
+        if beside:
+            files.write_run(tmp_path / name, tag="global_step2", value=trainer)
+        _patched(tmp_path / name, _with(trainer, global_steps=3, lr_scheduler=state),
+                 resumed_from | {"scheduler": scheduler}, tag="global_step3",
+                 scheduler="torch.optim.lr_scheduler.LambdaLR")
+    for name in ("beside", "alone"):  # the start here, or elsewhere: as an unrecorded save of it reads
+        code, report = one(tmp_path / name)
+        assert report["verdict"] == "not affected" and code == 0, (name, report)
+        assert "torch lr scheduler" in report["why"], (name, report)
+    # the record names DeepSpeed's scheduler at step 0, or this process held one of DeepSpeed's: the record decides
+    for name in ("under a DeepSpeed scheduler", "into DeepSpeed's"):
+        assert one(tmp_path / name)[1]["verdict"] == "unknown", (name, one(tmp_path / name)[1])

@@ -128,6 +128,11 @@ def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
     foreign = None if _step0_elsewhere(chain) else not_deepspeeds(first)
     if foreign is not None:  # whatever the config says or lacks, and patched or not
         report.verdict, report.why = NOT_AFFECTED, foreign
+        step0 = chain.record.get("step0") if chain is not None and chain.record is not None else None
+        if chain is not None and isinstance(step0, dict) and step0.get("how") == record_data.UNRECORDED:
+            report.notes.append(f"the record of {chain.tag.name} says step 0 ran in the save it resumed from "
+                                f"({step0.get('tag')}), which holds no record: read, as a save without one is, by "
+                                "the scheduler state these files hold")
         every_save(run, read, report, config_root, judged=(first,), scheduler=scheduler or "", params=params)
         return report
     if scheduler is None:
@@ -235,10 +240,16 @@ def _ran_by_its_recorder(chain: Save | None) -> bool:
 
 def _step0_elsewhere(chain: Save | None) -> bool:
     """Whether a bound record says step 0 ran under one of DeepSpeed's schedulers, or in a process it did not
-    observe: then it, not the state a later process's scheduler saved, decides."""
+    observe: then it, not the state a later process's scheduler saved, decides. Not a record that says only that
+    step 0 ran in a process that left no record, where its own process held a torch scheduler too: it knows no more
+    than that process's files would tell, and an unrecorded save is read by the scheduler state it holds (docs/
+    audit.md, assumption 9; a patched resume of an unpatched run of the HF Trainer's own scheduler, say)."""
     step0 = chain.record.get("step0") if chain is not None and chain.record is not None else None
-    return isinstance(step0, dict) and (step0.get("scheduler") in releases.scheduler_classes() or
-                                        step0.get("how") != record_data.OBSERVED)
+    if not isinstance(step0, dict) or step0.get("how") == record_data.OBSERVED:
+        return False
+    if step0.get("scheduler") in releases.scheduler_classes():
+        return True
+    return not (step0.get("how") == record_data.UNRECORDED and chain is not None and not_deepspeeds(chain))
 
 
 def _scheduler_in_code(state: Any) -> str:
