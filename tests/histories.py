@@ -21,11 +21,15 @@ A history is a list of steps, plain data (JSON), each one of:
   its scheduler block removed, or its warmup made flat at the peak. The checkpoint's files do not change, nor does
   the truth; a fact read outside them may make a verdict worse, never clear a run;
 - ``job``: a fresh job of 1 to 3 ranks (up to AWP_HISTORY_RANKS in a long search; torchrun,
-  tests/children/history_job.py), each rank armed in its own mode, through DeepSpeed's engine or accelerate's
-  ``save_state`` (the tag ``pytorch_model``), into a new folder;
+  tests/children/history_job.py), each rank armed in its own mode, through DeepSpeed's engine, accelerate's
+  ``save_state`` (the tag ``pytorch_model``) or (a long search's, AWP_HISTORY_TRAINER) the HF Trainer itself (its
+  ``checkpoint-N`` with its own files beside DeepSpeed's: trainer_state.json, the weights, each rank's rng state;
+  with a warmup class, or with no scheduler block, so that the Trainer builds its own torch scheduler,
+  ``TRAINERS_OWN``), into a new folder;
 - ``jobresume``: a job that resumes a folder's newest save (as many ranks as its ZeRO partitions, else the step's),
-  each rank in its own mode (a mode changed within the run), through accelerate where the save is accelerate's, or
-  the folder's universal checkpoint into the step's ranks;
+  each rank in its own mode (a mode changed within the run), through accelerate where the save is accelerate's, through
+  the Trainer's ``resume_from_checkpoint`` where the Trainer wrote it (the whole save: the Trainer loads nothing less),
+  or the folder's universal checkpoint into the step's ranks;
 - ``convert``: DeepSpeed's ds_to_universal run on a folder's newest save (``<tag>_universal``, its own engine).
 
 A job, a job's resume and a conversion run on the installed release or, where OTHER_DEEPSPEED names a folder of another
@@ -65,7 +69,9 @@ lr than 0.19.8's (0.0); never ``affected`` where every save it weighs ran step 0
 every one of those descends from a reset start and was written by a reset process (each a record bound to it: a
 ``warn`` process applies none of the later backported changes, which a record without the scheduler's params cannot
 rule out; and a ZeRO 0 save over an earlier ZeRO 1/2 one leaves that run's optimizer-states file beside it, which its
-record does not bind, so the audit holds the record a claim); never ``unreadable``. Nothing is excused: a save whose
+record does not bind, so the audit holds the record a claim); ``not affected`` where every one of those was written
+by the HF Trainer with its own torch scheduler (TRAINERS_OWN: the bug cannot reach it, patched or not, and the saved
+scheduler state shows it); never ``unreadable``. Nothing is excused: a save whose
 folder cannot tell where its run's step 0 ran (an unpatched resume on another release, into a new folder) must not
 read ``not affected`` either.
 """
@@ -95,14 +101,19 @@ SCHEDULERS: dict[str, dict[str, Any]] = {
     "WarmupDecayLR": {"warmup_min_lr": 0.0, "warmup_max_lr": 1e-3, "total_num_steps": 20, **_WARMUP},
     "WarmupCosineLR": {"warmup_min_ratio": 0.0, "cos_min_ratio": 0.1, "total_num_steps": 20, **_WARMUP},
 }
+# a Trainer job's own torch scheduler (its config has no scheduler block): linear warmup from 0.0 over 5 steps, so
+# step 0 is 0.0 on every release, which the bug cannot reach
+TRAINERS_OWN = "trainer's own"
 STAGES = (0, 1, 2)
 JOB_STAGES = (0, 2)  # a job's: its later ranks write no states file, or each its optimizer partition
 # a job's ranks (one: a release change of a one-rank run); a long search may draw jobs of up to AWP_HISTORY_RANKS
 # ranks (4 and more cost seconds a job on 2 cores, so CI's draws stay those of 3)
 JOB_RANKS = (1, 2, 2, 3, *range(4, int(os.environ.get("AWP_HISTORY_RANKS", "3")) + 1))
-DRIVERS = ("engine", "engine", "accelerate")  # a job's: DeepSpeed's engine itself, or accelerate's save_state
-# a long search may save some runs as the HF Trainer does (checkpoint-N/global_stepN); CI's draws stay without them
+# a long search may save some runs as the HF Trainer does (checkpoint-N/global_stepN) and run some jobs through the
+# Trainer itself; CI's draws stay without them
 TRAINER = os.environ.get("AWP_HISTORY_TRAINER", "") not in ("", "0")
+# a job's: DeepSpeed's engine itself, accelerate's save_state, or (TRAINER) the HF Trainer, the commonest of the three
+DRIVERS = ("engine", "accelerate", "trainer", "trainer") if TRAINER else ("engine", "engine", "accelerate")
 ROUND = "checkpoint-"  # the Trainer's folder of one save: checkpoint-<its step count>
 # what a step written before classes and stages were searched runs (tests/histories_found.json's older examples)
 DEFAULT_RUN = {"scheduler": "WarmupLR", "zero": 0, "model": "a", "tags": "global", "config": "dict"}
@@ -123,6 +134,8 @@ def history(rng: random.Random, length: int, releases: tuple[str, ...] = ("insta
             steps.append({"op": op, "modes": [rng.choice(MODES) for _ in range(rng.choice(JOB_RANKS))],
                           "scheduler": rng.choice(sorted(SCHEDULERS)), "zero": rng.choice(JOB_STAGES),
                           "release": rng.choice(releases), "driver": rng.choice(DRIVERS)})
+            if steps[-1]["driver"] == "trainer" and rng.random() < 0.3:
+                steps[-1]["scheduler"] = TRAINERS_OWN
             folders += 1
         elif op == "jobresume":
             into_new = rng.random() < 0.3
@@ -208,6 +221,7 @@ class Save:
     step0_release: str = "installed"  # the release its run's step 0 ran on
     recorded: bool = True  # its writer (rank 0) was armed: it wrote a record, which carries the run's step 0 on
     source: Save | None = None  # a universal checkpoint's: the save ds_to_universal converted (no record of its own)
+    trainer: bool = False  # written by the HF Trainer itself (its trainer_state.json beside it: a Trainer resumes it)
 
     @property
     def partitions(self) -> int:
@@ -310,14 +324,15 @@ def _job(world: World, index: int, step: Step, job: Job) -> None:
     0.19.8's, if any; proven where every rank ran reset."""
     release = step.get("release", "installed")
     driver = step.get("driver", "engine")
-    firsts = job(modes=step["modes"], save_dir=world.path(index), scheduler=step["scheduler"], zero=step["zero"],
-                 release=release, driver=driver)
-    step0 = next((lrs for lrs in firsts if not _same(lrs, REFERENCE_STEP0)), firsts[0])
+    save = Save([], proven=all(mode == "reset" for mode in step["modes"]), origin=world.starts + 1, fresh=True,
+                scheduler=step["scheduler"], zero=step["zero"], ranks=len(step["modes"]), release=release,
+                step0_release=release, recorded=step["modes"][0] != "off", trainer=driver == "trainer",
+                tags={"accelerate": "accelerate", "trainer": "trainer"}.get(driver, "global"))
+    firsts = job(modes=step["modes"], save_dir=save_dir(world, index, save), scheduler=step["scheduler"],
+                 zero=step["zero"], release=release, driver=driver)
+    save.step0 = next((lrs for lrs in firsts if not _same(lrs, REFERENCE_STEP0)), firsts[0])
     world.starts += 1
-    _place(world, index, Save(step0, proven=all(mode == "reset" for mode in step["modes"]), origin=world.starts,
-                              fresh=True, scheduler=step["scheduler"], zero=step["zero"], ranks=len(firsts),
-                              release=release, step0_release=release, recorded=step["modes"][0] != "off",
-                              tags="accelerate" if driver == "accelerate" else "global"))
+    _place(world, index, save)
 
 
 def _job_resume(world: World, source: int, step: Step, job: Job) -> None:
@@ -329,6 +344,9 @@ def _job_resume(world: World, source: int, step: Step, job: Job) -> None:
     loaded, load = _universal_named(world, source), step["load"]
     if load != "universal" or loaded is None:
         loaded, load = world.folders[source][newest(world, source)], ("whole" if load == "universal" else load)
+    driver = _resume_driver(step.get("driver", "engine"), loaded, load)
+    if driver == "trainer":
+        load = "whole"  # the Trainer's resume_from_checkpoint loads the whole save
     if load == "module-only" and loaded.zero == 0:
         return  # as _resume's
     ranks = loaded.ranks if loaded.zero > 0 and load != "universal" else step["ranks"]
@@ -343,16 +361,24 @@ def _job_resume(world: World, source: int, step: Step, job: Job) -> None:
     save = Save(loaded.step0, proven=(proven or fresh) and all(mode == "reset" for mode in modes),
                 origin=world.starts if fresh else loaded.origin, fresh=fresh, scheduler=loaded.scheduler,
                 zero=loaded.zero, model=loaded.model, tags=tags, steps=1 if fresh else loaded.steps + 1, ranks=ranks,
-                release=release, step0_release=release if fresh else loaded.step0_release, recorded=modes[0] != "off")
-    # accelerate's load_state reads the tag pytorch_model: a save of accelerate's own, else the engine's (the module
-    # alone: the engine's load_checkpoint, which accelerate's load_state does not offer)
-    driver = step.get("driver", "engine") if loaded.tags == "accelerate" and not fresh else "engine"
+                release=release, step0_release=release if fresh else loaded.step0_release, recorded=modes[0] != "off",
+                trainer=driver == "trainer")
     firsts = job(modes=modes, save_dir=save_dir(world, target, save), scheduler=loaded.scheduler, zero=loaded.zero,
                  model=loaded.model, tag=own_tag(save), resume={"from": str(load_dir(world, source)), "load": load},
                  release=release, driver=driver)
     if fresh:
         save.step0 = next((lrs for lrs in firsts if not _same(lrs, REFERENCE_STEP0)), firsts[0])
     _place(world, target, save)
+
+
+def _resume_driver(drawn: str, loaded: Save, load: str) -> str:
+    """What resumes ``loaded`` for a job drawn with ``drawn``: accelerate's load_state reads the tag pytorch_model (a
+    save of accelerate's own; the module alone: the engine's load_checkpoint, which load_state does not offer); the
+    Trainer's resume_from_checkpoint a checkpoint-N it wrote itself (its trainer_state.json counts the steps), not a
+    universal checkpoint; else the engine's load_checkpoint."""
+    if drawn == "trainer":
+        return "trainer" if loaded.trainer and load != "universal" else "engine"
+    return drawn if loaded.tags == "accelerate" and load != "module-only" else "engine"
 
 
 def newest(world: World, index: int) -> str:
@@ -441,11 +467,14 @@ def _train(world: World, save: Save, train: Train, **run: Any) -> list[list[floa
 
 
 def config_of(scheduler: str, zero: int) -> dict[str, Any]:
-    """A run's ds_config: Adam at 0.001, ``scheduler`` (a class of ``SCHEDULERS``) under ZeRO stage ``zero``."""
-    return {"train_micro_batch_size_per_gpu": 2, "steps_per_print": 10_000,
-            "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
-            "zero_optimization": {"stage": zero},
-            "scheduler": {"type": scheduler, "params": dict(SCHEDULERS[scheduler])}}
+    """A run's ds_config: Adam at 0.001, ``scheduler`` (a class of ``SCHEDULERS``; TRAINERS_OWN: no scheduler block)
+    under ZeRO stage ``zero``."""
+    config = {"train_micro_batch_size_per_gpu": 2, "steps_per_print": 10_000,
+              "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
+              "zero_optimization": {"stage": zero}}
+    if scheduler in SCHEDULERS:
+        config["scheduler"] = {"type": scheduler, "params": dict(SCHEDULERS[scheduler])}
+    return config
 
 
 def _convert(world: World, index: int, step: Step, convert: Convert) -> None:
@@ -560,6 +589,9 @@ def _judged(saves: dict[str, Save], own: dict[str, Save], report: dict[str, Any]
         return [f"affected, but every save's step 0 ran at {REFERENCE_STEP0} ({why})"]
     if all(_proven(save, saves) for save in kin.values()) and verdict != "not affected":
         return [f"{verdict}, but a bound record proves every save ({why})"]
+    if all(save.trainer and save.scheduler == TRAINERS_OWN for save in kin.values()) and verdict != "not affected":
+        return [f"{verdict}, but every save is the Trainer's, of its own torch scheduler, which the bug cannot reach, "
+                f"patched or not ({why})"]
     return []
 
 

@@ -9,8 +9,9 @@ Budget: CI runs ``AWP_HISTORIES`` histories (default 2) of ``AWP_HISTORY_STEPS``
 draws) about 261 s on 0.15.2 and 225 s on 0.19.8, each with the other release's code beside it (noxfile.py; CI's
 fresh-clone run on the development machine, 2026-12-06: the kept examples 224 s and 195 s).
 ``nox -s "histories(...)"`` runs a long search (200 histories of 8 steps, a seed from the clock unless given; its jobs
-of up to ``AWP_HISTORY_RANKS`` ranks, 3 unless given; some runs saved as the HF Trainer does, ``checkpoint-N``, where
-``AWP_HISTORY_TRAINER`` is 1, as the nox session sets it unless given).
+of up to ``AWP_HISTORY_RANKS`` ranks, 3 unless given; some runs saved as the HF Trainer does, ``checkpoint-N``, and
+some jobs run through the Trainer itself, where ``AWP_HISTORY_TRAINER`` is 1, as the nox session sets it unless
+given).
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 from tests/children/history.py, on the installed DeepSpeed or on another release's code): ``history_job.py SAVE_DIR
 OUT RUN_JSON``, RUN_JSON ``{"modes": [each rank's], "scheduler": ..., "zero": ..., "model": "a", "tag": null,
 "resume": null or {"from": FOLDER, "load": "whole" | "no-optimizer" | "no-scheduler" | "universal"},
-"driver": "engine" | "accelerate"}``. Each rank arms the patch in its own mode (``off``: removed), trains a fresh
-engine two steps (or loads FOLDER's newest save, or its universal checkpoint, and trains one), saves into SAVE_DIR
-(DeepSpeed's global_stepN, or ``tag``; through accelerate, its ``save_state``: the tag ``pytorch_model``), and writes
-the lrs its own optimizer used at each step to OUT/rank<r>.json."""
+"driver": "engine" | "accelerate" | "trainer"}``. Each rank arms the patch in its own mode (``off``: removed), trains a
+fresh engine two steps (or loads FOLDER's newest save, or its universal checkpoint, and trains one), saves into
+SAVE_DIR (DeepSpeed's global_stepN, or ``tag``; through accelerate, its ``save_state``: the tag ``pytorch_model``;
+through the HF Trainer, SAVE_DIR is the ``checkpoint-N`` it writes into its output folder), and writes the lrs its own
+optimizer used at each step to OUT/rank<r>.json."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ else:
 import deepspeed  # after the arming
 import histories
 import torch
-from accelerate_warmup_patch.cli.demo import StepLrs, torch_optimizer
+from accelerate_warmup_patch.cli.demo import StepLrs, innermost_optimizer, torch_optimizer
 from rank_end import end_rank
 # isort: on
 
@@ -88,6 +89,55 @@ def by_accelerate(config: dict[str, Any], module: Any,
     return model, step, save
 
 
+def by_trainer(config: dict[str, Any], module: Any, resume: dict[str, str] | None,
+               steps: int) -> list[list[float | None]]:
+    """The HF Trainer over the same module and config (given as a dict, its TrainingArguments those the config holds,
+    so that the Trainer fills in nothing: the WarmupDecayLR and WarmupCosineLR total_num_steps is its max_steps), a
+    fresh run or ``resume_from_checkpoint`` of ``resume``'s checkpoint-N, ``steps`` optimizer steps, then its own
+    save: SAVE_DIR, the checkpoint-N of its output folder. The lrs its optimizer used at each step."""
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    save_dir = Path(sys.argv[1])
+    # no scheduler block (histories.TRAINERS_OWN): the Trainer's own linear warmup over as many steps
+    params = config.get("scheduler", {"params": {"warmup_num_steps": 5}})["params"]
+
+    class Quadratic(Trainer):  # type: ignore[misc]
+        """The engine road's loss, of the module's own output (the module stays the engine road's: alike names)."""
+
+        def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
+                         num_items_in_batch: Any = None) -> Any:
+            return model(inputs["input"]).pow(2).mean()
+
+    class Steps(TrainerCallback):  # type: ignore[misc]
+        """Each step's lrs (the pre-hook on the engine's torch optimizer, set once the Trainer has built and resumed
+        it); the Trainer's save and stop after ``steps`` steps of this run."""
+
+        seen: Any = None
+        first = 0
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.seen, self.first = StepLrs(innermost_optimizer(kwargs["optimizer"])), state.global_step
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.seen.flush()
+            if state.global_step - self.first >= steps:
+                control.should_save = control.should_training_stop = True
+
+    watch = Steps()
+    args = TrainingArguments(
+        output_dir=str(save_dir.parent), deepspeed=config, per_device_train_batch_size=config[
+            "train_micro_batch_size_per_gpu"], learning_rate=config["optimizer"]["params"]["lr"],
+        warmup_steps=params["warmup_num_steps"], max_steps=params.get("total_num_steps", 20),
+        lr_scheduler_type="linear", save_strategy="no",
+        logging_strategy="no", report_to=[], disable_tqdm=True, remove_unused_columns=False, seed=0)
+    data = [{"input": row} for row in torch.randn(64, 4)]
+    trainer = Quadratic(model=module, args=args, train_dataset=data, callbacks=[watch])
+    trainer.train(resume_from_checkpoint=resume["from"] if resume is not None else None)
+    if not (save_dir / "trainer_state.json").exists():
+        raise RuntimeError(f"the Trainer did not save {save_dir.name}: {sorted(os.listdir(save_dir.parent))}")
+    return list(watch.seen.rows)
+
+
 torch.manual_seed(0)
 module = torch.nn.Sequential(torch.nn.Linear(4, histories.MODELS[RUN.get("model", "a")]))
 resume = RUN.get("resume")
@@ -95,11 +145,15 @@ build = by_accelerate if RUN.get("driver") == "accelerate" else by_engine
 config = histories.config_of(RUN["scheduler"], RUN["zero"])
 if resume is not None and resume["load"] == "universal":
     config["checkpoint"] = {"load_universal": True}  # load_checkpoint reads the tag latest_universal names
-engine, step, save = build(config, module, resume)
-seen = StepLrs(torch_optimizer(engine))
-for _ in range(1 if resume is not None else 2):
-    step()
-    seen.flush()
-save()
-(Path(sys.argv[2]) / f"rank{RANK}.json").write_text(json.dumps(seen.rows))
+if RUN.get("driver") == "trainer":
+    rows = by_trainer(config, module, resume, 1 if resume is not None else 2)
+else:
+    engine, step, save = build(config, module, resume)
+    seen = StepLrs(torch_optimizer(engine))
+    for _ in range(1 if resume is not None else 2):
+        step()
+        seen.flush()
+    save()
+    rows = seen.rows
+(Path(sys.argv[2]) / f"rank{RANK}.json").write_text(json.dumps(rows))
 end_rank()

@@ -220,3 +220,46 @@ def test_only_a_long_search_draws_the_trainers_layout(monkeypatch: Any) -> None:
     assert any(step.get("tags") == "trainer" for step in again)
     # the same draws, only the layout differs: CI's histories stay as they were
     assert [{**step, "tags": None} for step in drawn] == [{**step, "tags": None} for step in again]
+
+
+def test_a_trainer_job_is_resumed_by_the_trainer_only_where_the_trainer_wrote_it(tmp_path: Path) -> None:
+    # the Trainer's resume_from_checkpoint counts steps from its trainer_state.json: a save it wrote itself, whole
+    world = World(tmp_path)
+    launched: list[dict[str, Any]] = []
+
+    def job(**run: Any) -> list[list[float]]:
+        launched.append(run)
+        number = Path(run["save_dir"]).name.split("-")[1]
+        (Path(run["save_dir"]) / f"global_step{number}").mkdir(parents=True)
+        (Path(run["save_dir"]) / "latest").write_text(f"global_step{number}")
+        return [[0.0]] * len(run["modes"])
+
+    histories.play({"op": "job", "modes": ["reset", "reset"], "scheduler": "WarmupLR", "zero": 2,
+                    "driver": "trainer"}, world, lambda **_: [], job, lambda *_, **__: True)
+    assert launched[0]["save_dir"] == tmp_path / "run0" / "checkpoint-2" and launched[0]["driver"] == "trainer"
+    started = world.folders[0]["checkpoint-2/global_step2"]
+    assert started.trainer and started.proven
+    resume = {"op": "jobresume", "run": 0, "modes": ["reset", "warn", "off"], "ranks": 2, "load": "no-optimizer",
+              "into": "same", "driver": "trainer"}
+    histories.play(resume, world, lambda **_: [], job, lambda *_, **__: True)
+    assert (launched[1]["driver"], launched[1]["resume"]) == ("trainer", {"from": str(tmp_path / "run0" /
+                                                                                      "checkpoint-2"), "load": "whole"})
+    assert launched[1]["save_dir"] == tmp_path / "run0" / "checkpoint-3"
+    assert world.folders[0]["checkpoint-3/global_step3"].trainer
+    # the Trainer's layout written by the engine alone (no trainer_state.json): the engine resumes it, as drawn
+    world.folders[0]["checkpoint-3/global_step3"].trainer = False
+    histories.play({**resume, "load": "module-only"}, world, lambda **_: [], job, lambda *_, **__: True)
+    assert (launched[2]["driver"], launched[2]["resume"]["load"]) == ("engine", "module-only")
+    assert not world.folders[0]["checkpoint-1/global_step1"].trainer
+
+
+def test_the_trainers_own_scheduler_is_not_affected_patched_or_not(tmp_path: Path) -> None:
+    own = histories.TRAINERS_OWN
+    world = _world(tmp_path, Save([0.0], proven=False, origin=1, fresh=True, scheduler=own, trainer=True),
+                   Save([0.0], proven=False, origin=1, scheduler=own, trainer=True))
+    assert "the bug cannot reach" in histories.broken(world, _report(tmp_path, "unknown"))[0]
+    assert histories.broken(world, _report(tmp_path, "not affected")) == []
+    # a save of it resumed by the engine alone (no scheduler: its files cannot show it) is not held to it
+    world.folders[0]["global_step3"].trainer = False
+    assert histories.broken(world, _report(tmp_path, "unknown")) == []
+    assert "scheduler" not in histories.config_of(own, 0)  # the Trainer builds its own
