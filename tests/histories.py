@@ -115,6 +115,10 @@ TRAINER = os.environ.get("AWP_HISTORY_TRAINER", "") not in ("", "0")
 # a job's: DeepSpeed's engine itself, accelerate's save_state, or (TRAINER) the HF Trainer, the commonest of the three
 DRIVERS = ("engine", "accelerate", "trainer", "trainer") if TRAINER else ("engine", "engine", "accelerate")
 ROUND = "checkpoint-"  # the Trainer's folder of one save: checkpoint-<its step count>
+# a step's kinds, as often as drawn; a long search (TRAINER) draws jobs and their resumes twice as often, so that the
+# Trainer's jobs, resumed by the Trainer, come up (CI's draws stay as they were)
+OPS = ("start", "resume", "resume", "rerun", "copy", "delete", "move", "edit", "job", "jobresume", "convert",
+       *(("job", "jobresume") if TRAINER else ()))
 # what a step written before classes and stages were searched runs (tests/histories_found.json's older examples)
 DEFAULT_RUN = {"scheduler": "WarmupLR", "zero": 0, "model": "a", "tags": "global", "config": "dict"}
 Step = dict[str, Any]
@@ -128,8 +132,7 @@ def history(rng: random.Random, length: int, releases: tuple[str, ...] = ("insta
     steps: list[Step] = [{"op": "start", "mode": rng.choice(MODES), **_run_kind(rng)}]
     folders = 1
     while len(steps) < length:
-        op = rng.choice(("start", "resume", "resume", "rerun", "copy", "delete", "move", "edit", "job", "jobresume",
-                         "convert"))
+        op = rng.choice(OPS)
         if op == "job":
             steps.append({"op": op, "modes": [rng.choice(MODES) for _ in range(rng.choice(JOB_RANKS))],
                           "scheduler": rng.choice(sorted(SCHEDULERS)), "zero": rng.choice(JOB_STAGES),
