@@ -131,14 +131,17 @@ def history(rng: random.Random, length: int, releases: tuple[str, ...] = ("insta
     resume runs on one of ``releases`` (``other``: another release's code, OTHER_DEEPSPEED)."""
     steps: list[Step] = [{"op": "start", "mode": rng.choice(MODES), **_run_kind(rng)}]
     folders = 1
+    trainers: list[int] = []  # the folders a Trainer job made: a Trainer's resume is drawn among them (it needs one)
     while len(steps) < length:
         op = rng.choice(OPS)
         if op == "job":
             steps.append({"op": op, "modes": [rng.choice(MODES) for _ in range(rng.choice(JOB_RANKS))],
                           "scheduler": rng.choice(sorted(SCHEDULERS)), "zero": rng.choice(JOB_STAGES),
                           "release": rng.choice(releases), "driver": rng.choice(DRIVERS)})
-            if steps[-1]["driver"] == "trainer" and rng.random() < 0.3:
-                steps[-1]["scheduler"] = TRAINERS_OWN
+            if steps[-1]["driver"] == "trainer":
+                trainers.append(folders)
+                if rng.random() < 0.3:
+                    steps[-1]["scheduler"] = TRAINERS_OWN
             folders += 1
         elif op == "jobresume":
             into_new = rng.random() < 0.3
@@ -148,6 +151,15 @@ def history(rng: random.Random, length: int, releases: tuple[str, ...] = ("insta
                           "ranks": rng.choice(JOB_RANKS), "load": rng.choice((*LOADS, "universal")),
                           "into": "new" if into_new else "same", "release": rng.choice(releases),
                           "driver": rng.choice(DRIVERS)})
+            if steps[-1]["driver"] == "trainer" and trainers:
+                steps[-1]["run"] = rng.choice(trainers)
+                trainers.extend([folders] if into_new else [])
+            elif steps[-1]["driver"] == "trainer":  # nothing of the Trainer's to resume yet: a Trainer job instead
+                steps[-1] = {"op": "job", "modes": modes[:steps[-1]["ranks"]], "scheduler": rng.choice(
+                    sorted(SCHEDULERS)), "zero": rng.choice(JOB_STAGES), "release": steps[-1]["release"],
+                             "driver": "trainer"}
+                trainers.append(folders)
+                into_new = True
             folders += into_new
         elif op == "start":
             steps.append({"op": op, "mode": rng.choice(MODES), **_run_kind(rng)})
@@ -344,6 +356,8 @@ def _job_resume(world: World, source: int, step: Step, job: Job) -> None:
     on the step's release; it takes one step and saves into the same folder or a new one. A ``universal`` load
     reads the universal checkpoint ``latest_universal`` names (``checkpoint.load_universal``) into any number of
     ranks, where the folder has one (else the newest save, whole)."""
+    if step.get("driver") == "trainer":
+        source = _trainer_written(world, source)
     loaded, load = _universal_named(world, source), step["load"]
     if load != "universal" or loaded is None:
         loaded, load = world.folders[source][newest(world, source)], ("whole" if load == "universal" else load)
@@ -372,6 +386,14 @@ def _job_resume(world: World, source: int, step: Step, job: Job) -> None:
     if fresh:
         save.step0 = next((lrs for lrs in firsts if not _same(lrs, REFERENCE_STEP0)), firsts[0])
     _place(world, target, save)
+
+
+def _trainer_written(world: World, source: int) -> int:
+    """The folder a Trainer's resume loads: ``source`` where its newest save is one the Trainer wrote, else the last
+    folder whose newest save is (the drawn folder is a hint: the generator cannot tell which folders the steps that
+    did not apply left out); else ``source`` (then the engine resumes it)."""
+    written = [index for index, saves in enumerate(world.folders) if saves and saves[newest(world, index)].trainer]
+    return source if source in written or not written else written[-1]
 
 
 def _resume_driver(drawn: str, loaded: Save, load: str) -> str:
