@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -263,3 +266,37 @@ def test_the_trainers_own_scheduler_is_not_affected_patched_or_not(tmp_path: Pat
     world.folders[0]["global_step3"].trainer = False
     assert histories.broken(world, _report(tmp_path, "unknown")) == []
     assert "scheduler" not in histories.config_of(own, 0)  # the Trainer builds its own
+
+
+def test_a_trainers_resume_loads_a_folder_the_trainer_wrote(tmp_path: Path) -> None:
+    # the drawn folder is a hint: where its newest save is not the Trainer's, the last folder whose newest save is
+    world = World(tmp_path, [{"global_step2": Save([0.0], proven=True)},
+                             {"checkpoint-2/global_step2": Save([0.0], proven=True, tags="trainer", trainer=True)},
+                             {"checkpoint-2/global_step2": Save([0.0], proven=True, tags="trainer")}])
+    (tmp_path / "run0").mkdir()
+    (tmp_path / "run0" / "latest").write_text("global_step2")
+    for index in (1, 2):
+        (tmp_path / f"run{index}" / "checkpoint-2").mkdir(parents=True)
+        (tmp_path / f"run{index}" / "checkpoint-2" / "latest").write_text("global_step2")
+    assert [histories._trainer_written(world, index) for index in range(3)] == [1, 1, 1]
+    world.folders[1]["checkpoint-2/global_step2"].trainer = False  # none the Trainer wrote: the drawn one
+    assert [histories._trainer_written(world, index) for index in range(3)] == [0, 1, 2]
+
+
+def test_a_long_search_draws_trainer_jobs_and_resumes_them_with_the_trainer() -> None:
+    # the module reads AWP_HISTORY_TRAINER when imported: a fresh interpreter draws as a long search does
+    script = ("import json, random, histories\n"
+              "print(json.dumps([histories.history(random.Random(seed), 8, ('installed', 'other')) "
+              "for seed in range(40)]))")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60,
+                          cwd=Path(__file__).parents[1], env={**os.environ, "AWP_HISTORY_TRAINER": "1"})
+    drawn = json.loads(proc.stdout)
+    jobs = [step for steps in drawn for step in steps if step["op"] == "job" and step["driver"] == "trainer"]
+    assert jobs and any(step["scheduler"] == histories.TRAINERS_OWN for step in jobs)
+    resumed = 0
+    for steps in drawn:
+        for index, step in enumerate(steps):
+            if step["op"] == "jobresume" and step["driver"] == "trainer":  # only after a Trainer job, of its folder
+                assert any(earlier["op"] == "job" and earlier["driver"] == "trainer" for earlier in steps[:index])
+                resumed += 1
+    assert resumed
