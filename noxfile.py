@@ -218,8 +218,9 @@ def histories(session: nox.Session, deepspeed: str) -> None:
     histories of 8 steps on real CPU engines, from a seed of the clock unless AWP_HISTORY_SEED is given (about an
     hour and a half on a 2-core machine); AWP_HISTORY_RANKS=4 lets its jobs have 4 ranks (CI's draw 1 to 3); some
     of its runs save as the HF Trainer does (checkpoint-N/global_stepN) and some of its jobs run through the Trainer
-    itself (CI's do neither; AWP_HISTORY_TRAINER=0 turns both off); AWP_HISTORY_OTHER_RELEASE=0.15.3 (say) changes release to that one instead of the suite's other. A failing
-    history is shrunk and kept in tests/histories_found.json."""
+    itself (CI's do neither; AWP_HISTORY_TRAINER=0 turns both off); AWP_HISTORY_OTHER_RELEASE=0.15.3 (say) changes
+    release to that one instead of the suite's other. A failing history is shrunk and kept in
+    tests/histories_found.json."""
     _install_stack(session, deepspeed)
     _own_ports(session, "histories", tiers.TEST_DEEPSPEED.index(deepspeed))
     session.install("pytest")

@@ -223,6 +223,26 @@ def test_a_save_whose_scheduler_restarted_after_step_0_is_not_judged_as_the_proc
     assert one(tmp_path / "agree")[1]["verdict"] == "affected"
 
 
+def test_a_record_that_names_a_resumed_save_as_step_0s_is_not_read_as_that_saves_release(tmp_path: Path) -> None:
+    # a run started unpatched on 0.19.8 (global_step2), resumed unpatched on 0.15.2 without the scheduler's state
+    # (global_step3: its scheduler counts 1 step, the engine 3), then resumed in warn mode (global_step4): its record
+    # says step 0 ran unrecorded in global_step3, on 0.15.2, but global_step3's own counts say it resumed too (found by
+    # the run-history search, 0.19.8 with 0.15.2 beside it, seed 114: affected before)
+    unrecorded = {"how": "unrecorded", "deepspeed": "0.15.2", "global_steps": 3, "tag": "global_step3",
+                  "scheduler": "WarmupLR", "why": "the save it resumed from (global_step3) holds no record"}
+    for name, iteration in (("restarted", 0), ("continued", 2)):
+        files.write_run(tmp_path / name, tag="global_step2", value=files.model_states(version="0.19.8",
+                                                                                       global_steps=2))
+        files.write_run(tmp_path / name, tag="global_step3", value=_with(files.model_states(global_steps=3),
+                                                                         lr_scheduler={"last_batch_iteration":
+                                                                                       iteration}))
+        _patched(tmp_path / name, files.model_states(global_steps=4), unrecorded, tag="global_step4", mode="warn")
+    _, report = one(tmp_path / "restarted")
+    assert report["verdict"] == "unknown" and "global_step3's scheduler counts 1 steps" in report["why"], report
+    # global_step3's counts agree: its process may have run step 0 on 0.15.2 (a fresh start there), as the record says
+    assert one(tmp_path / "continued")[1]["verdict"] == "affected"
+
+
 def test_a_patched_resume_of_an_unpatched_torch_scheduler_run_is_not_affected(tmp_path: Path) -> None:
     # the HF Trainer's own scheduler, its first run unpatched (global_step2), resumed patched (global_step3): the
     # record knows of step 0 only that it ran unrecorded in global_step2, which is read as an unrecorded save is, by

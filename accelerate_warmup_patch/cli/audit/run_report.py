@@ -151,6 +151,8 @@ def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
     if chain is not None:
         earlier = earlier_proof(run, read, report, config_root, chain)
         judge_from_chain(report, chain, scheduler, params, newest, earlier, copy=chain is copy_of)
+        if earlier is None:
+            _unless_loaded_save_resumed(run, read, report, config_root, chain)
         every_save(run, read, report, config_root, judged=(chain, newest), scheduler=scheduler, params=params)
         return report
     judge(report, scheduler, params, first.version, newest.version).onto(report)
@@ -177,6 +179,29 @@ def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
         report.verdict, report.step0_lrs, report.step0_lr = UNKNOWN, None, None
         report.why = f"{report.why} {unseen}"
     return report
+
+
+def _unless_loaded_save_resumed(run: Run, read: dict[PurePath, Save], report: Report, config_root: str | None,
+                                chain: Save) -> None:
+    """The chain's record says step 0 ran unrecorded in the save it loaded, and the table read that save's release as
+    the one that ran it (affected); where that save is here, with no record, and its own counts show that it resumed
+    too (restarted: its scheduler was built after step 0), step 0 ran before it, in a process these files do not
+    name: ``unknown``, as for a save without a record that shows the same (found by the run-history search: a run
+    started on 0.19.8, resumed on 0.15.2 without the scheduler's state, then resumed in warn mode, read affected)."""
+    step0 = chain.record.get("step0") if chain.record is not None else None
+    if report.verdict != AFFECTED or not isinstance(step0, dict) or step0.get("how") != record_data.UNRECORDED or \
+            not all(difference.startswith(STEP0_DIFFERENCE) for difference in report.differences):
+        return
+    for tag in run.tags:
+        if tag.name != step0.get("tag") or tag == chain.tag:
+            continue
+        loaded = read_earlier(tag, read, report, config_root, run.store)
+        resumed = restarted(loaded) if loaded is not None and loaded.record is None else None
+        if resumed is not None and loaded is not None and loaded.global_steps == step0.get("global_steps"):
+            report.verdict, report.step0_lrs, report.step0_lr = UNKNOWN, None, None
+            report.differences.clear()
+            report.why = f"{resumed}; if that process ran unpatched on DeepSpeed {loaded.version}: {report.why}"
+            return
 
 
 def _unless_continued(run: Run, read: dict[PurePath, Save], report: Report, config_root: str | None, first: Save,
