@@ -159,13 +159,9 @@ def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
     if first.record is not None:
         apply_claim(report, first.record)
     resumed = restarted(first) if first.record is None else None
-    if resumed is not None and report.verdict == AFFECTED and all(d.startswith(STEP0_DIFFERENCE)
-                                                                  for d in report.differences):
-        # the table judged this save's process as the one that ran step 0; its own counts say it resumed (a
-        # difference of the later steps, which this process ran, still stands)
-        report.verdict, report.step0_lrs, report.step0_lr = UNKNOWN, None, None
-        report.differences.clear()
-        report.why = f"{resumed}; if that process ran unpatched on DeepSpeed {first.version}: {report.why}"
+    if resumed is not None:
+        # the table judged this save's process as the one that ran step 0; its own counts say it resumed
+        _read_as_resumed(report, resumed, first.version)
     if report.verdict == AFFECTED and first.record is None:
         _unless_continued(run, read, report, config_root, first, scheduler, params)
     unsure = next((count.disagree for count in counts if count.ran is None and count.disagree), None)
@@ -189,8 +185,7 @@ def _unless_loaded_save_resumed(run: Run, read: dict[PurePath, Save], report: Re
     name: ``unknown``, as for a save without a record that shows the same (found by the run-history search: a run
     started on 0.19.8, resumed on 0.15.2 without the scheduler's state, then resumed in warn mode, read affected)."""
     step0 = chain.record.get("step0") if chain.record is not None else None
-    if report.verdict != AFFECTED or not isinstance(step0, dict) or step0.get("how") != record_data.UNRECORDED or \
-            not all(difference.startswith(STEP0_DIFFERENCE) for difference in report.differences):
+    if report.verdict != AFFECTED or not isinstance(step0, dict) or step0.get("how") != record_data.UNRECORDED:
         return
     for tag in run.tags:
         if tag.name != step0.get("tag") or tag == chain.tag:
@@ -198,10 +193,19 @@ def _unless_loaded_save_resumed(run: Run, read: dict[PurePath, Save], report: Re
         loaded = read_earlier(tag, read, report, config_root, run.store)
         resumed = restarted(loaded) if loaded is not None and loaded.record is None else None
         if resumed is not None and loaded is not None and loaded.global_steps == step0.get("global_steps"):
-            report.verdict, report.step0_lrs, report.step0_lr = UNKNOWN, None, None
-            report.differences.clear()
-            report.why = f"{resumed}; if that process ran unpatched on DeepSpeed {loaded.version}: {report.why}"
+            _read_as_resumed(report, resumed, loaded.version)
             return
+
+
+def _read_as_resumed(report: Report, resumed: str, release: str) -> None:
+    """A table's ``affected`` that judged a save's process, on ``release``, as the one that ran step 0, where that
+    save's own counts say it resumed (``resumed``, saves.restarted's why): ``unknown``, naming both; a difference of
+    the later steps, which that process ran, still stands."""
+    if report.verdict != AFFECTED or not all(d.startswith(STEP0_DIFFERENCE) for d in report.differences):
+        return
+    report.verdict, report.step0_lrs, report.step0_lr = UNKNOWN, None, None
+    report.differences.clear()
+    report.why = f"{resumed}; if that process ran unpatched on DeepSpeed {release}: {report.why}"
 
 
 def _unless_continued(run: Run, read: dict[PurePath, Save], report: Report, config_root: str | None, first: Save,
