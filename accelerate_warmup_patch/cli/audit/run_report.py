@@ -128,8 +128,8 @@ def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
     foreign = None if _step0_elsewhere(chain) else not_deepspeeds(first)
     if foreign is not None:  # whatever the config says or lacks, and patched or not
         report.verdict, report.why = NOT_AFFECTED, foreign
-        step0 = chain.record.get("step0") if chain is not None and chain.record is not None else None
-        if chain is not None and isinstance(step0, dict) and step0.get("how") == record_data.UNRECORDED:
+        step0 = _chain_step0(chain)
+        if chain is not None and step0 is not None and step0.get("how") == record_data.UNRECORDED:
             report.notes.append(f"the record of {chain.tag.name} says step 0 ran in the save it resumed from "
                                 f"({step0.get('tag')}), which holds no record: read, as a save without one is, by "
                                 "the scheduler state these files hold")
@@ -184,8 +184,8 @@ def _unless_loaded_save_resumed(run: Run, read: dict[PurePath, Save], report: Re
     too (restarted: its scheduler was built after step 0), step 0 ran before it, in a process these files do not
     name: ``unknown``, as for a save without a record that shows the same (found by the run-history search: a run
     started on 0.19.8, resumed on 0.15.2 without the scheduler's state, then resumed in warn mode, read affected)."""
-    step0 = chain.record.get("step0") if chain.record is not None else None
-    if report.verdict != AFFECTED or not isinstance(step0, dict) or step0.get("how") != record_data.UNRECORDED:
+    step0 = _chain_step0(chain)
+    if report.verdict != AFFECTED or step0 is None or step0.get("how") != record_data.UNRECORDED:
         return
     for tag in run.tags:
         if tag.name != step0.get("tag") or tag == chain.tag:
@@ -260,11 +260,17 @@ def _unconfigured(run: Run, read: dict[PurePath, Save], report: Report, config_r
     return report
 
 
+def _chain_step0(chain: Save | None) -> dict[str, Any] | None:
+    """The step 0 the chain's record tells (record_data's shape), or None where there is none."""
+    step0 = chain.record.get("step0") if chain is not None and chain.record is not None else None
+    return step0 if isinstance(step0, dict) else None
+
+
 def _ran_by_its_recorder(chain: Save | None) -> bool:
     """Whether a record names the release of the process that ran step 0 itself (it observed it or not), rather than
     that of a save it loaded (``unrecorded``, ``no-step-yet``, a loaded claim: ``unbound``, ``record-1``)."""
-    step0 = chain.record.get("step0") if chain is not None and chain.record is not None else None
-    return isinstance(step0, dict) and step0.get("how") in (record_data.OBSERVED, record_data.UNOBSERVED)
+    step0 = _chain_step0(chain)
+    return step0 is not None and step0.get("how") in (record_data.OBSERVED, record_data.UNOBSERVED)
 
 
 def _step0_elsewhere(chain: Save | None) -> bool:
@@ -273,8 +279,8 @@ def _step0_elsewhere(chain: Save | None) -> bool:
     step 0 ran in a process that left no record, where its own process held a torch scheduler too: it knows no more
     than that process's files would tell, and an unrecorded save is read by the scheduler state it holds (docs/
     audit.md, assumption 9; a patched resume of an unpatched run of the HF Trainer's own scheduler, say)."""
-    step0 = chain.record.get("step0") if chain is not None and chain.record is not None else None
-    if not isinstance(step0, dict) or step0.get("how") == record_data.OBSERVED:
+    step0 = _chain_step0(chain)
+    if step0 is None or step0.get("how") == record_data.OBSERVED:
         return False
     if step0.get("scheduler") in releases.scheduler_classes():
         return True
