@@ -91,8 +91,10 @@ def same_lrs(a: list[float], b: list[float]) -> bool:
 # scalar or a list of lrs, so that nothing read back (an lr of 1e999, a value nested 900 deep, a huge string)
 # reaches a later record or makes it unwritable.
 
-STEP0_KEYS = ("how", "deepspeed", "scheduler", "mode", "patch", "patch_did", "tag", "claimed", "why", "global_steps",
-              "lrs", "expected")
+_STEP0_TEXTS = ("how", "deepspeed", "scheduler", "mode", "patch", "patch_did", "tag", "claimed", "why",
+                "torch_scheduler")
+STEP0_KEYS = ("how", "deepspeed", "scheduler", "mode", "patch", "patch_did", "tag", "claimed", "why",
+              "torch_scheduler", "global_steps", "lrs", "expected")  # the texts above, then these
 HOP_KEYS = ("tag", "deepspeed", "global_steps", "scheduler", "record", "bound")
 _TEXT = 200  # a name, a release, a tag
 _WHY = 1000  # a sentence
@@ -141,7 +143,7 @@ def written_step0(step0: Any) -> dict[str, Any]:
     if not isinstance(step0, dict) or step0.get("how") not in HOWS:
         raise ValueError(f"step0.how is not one of {', '.join(HOWS)}")
     shaped: dict[str, Any] = {key: scalar(step0[key], _WHY if key == "why" else _TEXT)
-                              for key in STEP0_KEYS[:9] if key in step0}
+                              for key in _STEP0_TEXTS if key in step0}
     if step0.get("global_steps") is not None:
         shaped["global_steps"] = step_count(step0["global_steps"])
         if shaped["global_steps"] is None:

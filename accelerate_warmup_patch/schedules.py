@@ -30,6 +30,19 @@ def class_name(scheduler: object) -> str | None:
     return None
 
 
+def torch_class(scheduler: object) -> str | None:
+    """The class of a torch lr scheduler that is not one of DeepSpeed's (the HF Trainer's own, a LambdaLR), as
+    ``module.qualname``; None for one of DeepSpeed's, for anything else, and where torch's module is not loaded.
+    torch's schedulers set each group's lr when built, on every DeepSpeed release: the bug cannot reach them."""
+    module = sys.modules.get("torch.optim.lr_scheduler")
+    bases = tuple(base for base in (getattr(module, "LRScheduler", None), getattr(module, "_LRScheduler", None))
+                  if isinstance(base, type))
+    if not bases or class_name(scheduler) is not None or not isinstance(scheduler, bases):
+        return None
+    kind = type(scheduler)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
 def torch_optimizer(optimizer: Any) -> Any:
     """The torch optimizer a scheduler acts on, as DeepSpeed's schedulers unwrap it (get_torch_optimizer):
     the optimizer itself, or the torch optimizer a DeepSpeed optimizer wraps (``.optimizer``)."""

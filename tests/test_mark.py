@@ -170,6 +170,10 @@ def test_an_engine_without_a_scheduler_or_with_a_torch_one_is_recorded_as_such(s
     assert _record(root, "torch")["scheduler"] | {"why": ""} == {
         "class": "torch.optim.lr_scheduler.LambdaLR", "step0": "unknown", "lrs_before": None, "lrs_after": None,
         "why": ""}
+    # step 0 names the torch scheduler it ran under, which the audit clears whatever resumes it later (#55)
+    assert _record(root, "torch")["step0"]["torch_scheduler"] == "torch.optim.lr_scheduler.LambdaLR"
+    assert "torch_scheduler" not in _record(root, "no-scheduler")["step0"]
+    assert "torch_scheduler" not in _record(root, "reset")["step0"]
 
 
 def test_a_record_that_cannot_be_written_is_one_warning_and_the_checkpoint_stands(saved):

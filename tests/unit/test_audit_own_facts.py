@@ -267,3 +267,25 @@ def test_a_patched_resume_of_an_unpatched_torch_scheduler_run_is_not_affected(tm
     # the record names DeepSpeed's scheduler at step 0, or this process held one of DeepSpeed's: the record decides
     for name in ("under a DeepSpeed scheduler", "into DeepSpeed's"):
         assert one(tmp_path / name)[1]["verdict"] == "unknown", (name, one(tmp_path / name)[1])
+
+
+def test_a_step_0_observed_under_a_torch_scheduler_is_not_affected_whatever_resumed_it(tmp_path: Path) -> None:
+    # the HF Trainer's own scheduler, its run patched, resumed by a process whose engine held no scheduler (loaded
+    # without it, the config without a block): the bound record's chain observed step 0 under the torch scheduler
+    # (found by the run-history search, seed 113: "unknown, the engine held no lr scheduler" before)
+    under_torch = observed([1e-3], None) | {"scheduler": None, "torch_scheduler": "torch.optim.lr_scheduler.LambdaLR"}
+    resumed = files.model_states(ds_config={"train_micro_batch_size_per_gpu": 2}, global_steps=3)
+    cases = {"resumed without one": (under_torch, None, True),
+             "a record before the key": (under_torch | {"torch_scheduler": None}, None, True),
+             "a save holds DeepSpeed's state": (under_torch, {"last_batch_iteration": 2}, True),
+             "a DeepSpeed class named too": (under_torch | {"scheduler": "WarmupLR"}, None, True),
+             "unbound": (under_torch, None, False)}
+    for name, (step0, state, bound) in cases.items():
+        _patched(tmp_path / name, _with(resumed, lr_scheduler=state), step0, tag="global_step3", scheduler=None,
+                 bound=bound)
+    code, report = one(tmp_path / "resumed without one")
+    assert report["verdict"] == "not affected" and code == 0, report
+    assert "torch.optim.lr_scheduler.LambdaLR, a torch lr scheduler" in report["why"], report
+    for name in ("a record before the key", "a save holds DeepSpeed's state", "a DeepSpeed class named too",
+                 "unbound"):
+        assert one(tmp_path / name)[1]["verdict"] == "unknown", (name, one(tmp_path / name)[1])

@@ -139,3 +139,10 @@ def test_a_reset_run_whose_peak_the_patch_fixed_is_not_affected(tmp_path: Path) 
     assert report["verdict"] == "not affected" and code == 0, report
 
 
+
+
+def test_the_torch_scheduler_step_0_ran_under_is_handed_on_as_a_bounded_text() -> None:
+    # a resume hands on step0 as written_step0 shapes it: the key kept (the audit clears a step 0 under one), cut
+    under_torch = observed([1e-3], None) | {"scheduler": None, "torch_scheduler": "torch.optim." + "x" * 300}
+    assert record_data.written_step0(under_torch)["torch_scheduler"] == ("torch.optim." + "x" * 300)[:200]
+    assert "torch_scheduler" not in record_data.written_step0(observed([0.0], [0.0]))

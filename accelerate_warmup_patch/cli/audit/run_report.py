@@ -231,7 +231,13 @@ def _unconfigured(run: Run, read: dict[PurePath, Save], report: Report, config_r
                   newest: Save, chain: Save | None, copy: bool) -> Report:
     """A run whose ds_config names no scheduler (one built in code, a callable) or is not in the checkpoint (a
     path): a bound record that observed step 0 against the reference's lrs it computed decides; so does a release
-    that lacks no backported change for any class; else ``unknown``, naming what the file shows."""
+    that lacks no backported change for any class; so does one that observed step 0 under a torch lr scheduler;
+    else ``unknown``, naming what the file shows."""
+    under_torch = _observed_under_torch(chain, first, newest) if chain is not None else None
+    if chain is not None and under_torch is not None:
+        report.verdict, report.why = NOT_AFFECTED, under_torch
+        every_save(run, read, report, config_root, judged=(chain, newest), scheduler="", params={})
+        return report
     if chain is not None and proves_step0(chain):
         step0 = chain.record["step0"] if chain.record is not None else {}
         scheduler = step0.get("scheduler") or (chain.record or {}).get("scheduler", {}).get("class") or ""
@@ -264,6 +270,24 @@ def _chain_step0(chain: Save | None) -> dict[str, Any] | None:
     """The step 0 the chain's record tells (record_data's shape), or None where there is none."""
     step0 = chain.record.get("step0") if chain is not None and chain.record is not None else None
     return step0 if isinstance(step0, dict) else None
+
+
+def _observed_under_torch(chain: Save, *saves: Save) -> str | None:
+    """Why step 0 ran as every release runs it, where the chain's bound record observed it under a torch lr scheduler
+    the engine held (step0.torch_scheduler, not one of DeepSpeed's) and no save weighed holds a DeepSpeed scheduler's
+    state; None otherwise. Found by the run-history search: a patched run of the HF Trainer's own scheduler, resumed
+    by a process without one, read ``unknown`` ("the engine held no lr scheduler")."""
+    step0 = _chain_step0(chain)
+    if not chain.vouched or step0 is None or step0.get("how") != record_data.OBSERVED:
+        return None
+    named = step0.get("torch_scheduler")
+    if not isinstance(named, str) or step0.get("scheduler") is not None:
+        return None
+    if not all(save.scheduler_state is None or not_deepspeeds(save) is not None for save in (chain, *saves)):
+        return None  # a save of this run held a scheduler that may be DeepSpeed's: the record does not speak for it
+    return (f"the bound record of {chain.tag.name} observed step 0 under the engine's {named}, a torch lr scheduler, "
+            "not one of DeepSpeed's: the bug is in DeepSpeed's scheduler constructors and cannot reach it, patched "
+            "or not")
 
 
 def _ran_by_its_recorder(chain: Save | None) -> bool:
