@@ -278,14 +278,16 @@ def test_a_step_0_observed_under_a_torch_scheduler_is_not_affected_whatever_resu
     cases = {"resumed without one": (under_torch, None, True),
              "a record before the key": (under_torch | {"torch_scheduler": None}, None, True),
              "a save holds DeepSpeed's state": (under_torch, {"last_batch_iteration": 2}, True),
+             "resumed without one in warn mode": (under_torch, None, True),
              "a DeepSpeed class named too": (under_torch | {"scheduler": "WarmupLR"}, None, True),
              "unbound": (under_torch, None, False)}
     for name, (step0, state, bound) in cases.items():
+        mode = "warn" if "warn" in name else "reset"  # warn: a DeepSpeed scheduler outside the engine ran unfixed
         _patched(tmp_path / name, _with(resumed, lr_scheduler=state), step0, tag="global_step3", scheduler=None,
-                 bound=bound)
+                 bound=bound, mode=mode)
     code, report = one(tmp_path / "resumed without one")
     assert report["verdict"] == "not affected" and code == 0, report
     assert "torch.optim.lr_scheduler.LambdaLR, a torch lr scheduler" in report["why"], report
-    for name in ("a record before the key", "a save holds DeepSpeed's state", "a DeepSpeed class named too",
-                 "unbound"):
+    for name in ("a record before the key", "a save holds DeepSpeed's state", "resumed without one in warn mode",
+                 "a DeepSpeed class named too", "unbound"):
         assert one(tmp_path / name)[1]["verdict"] == "unknown", (name, one(tmp_path / name)[1])

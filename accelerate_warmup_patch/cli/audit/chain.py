@@ -40,11 +40,11 @@ def judge_from_chain(report: Report, chain: Save, scheduler: str, params: dict[s
         found[0] = _unless_a_gap(report, scheduler, params, earlier, found[0], differences)
     if chain is not newest and found[0][0] == NOT_AFFECTED and not copy:  # a copy's process is the chain's own
         found[0] = _unless_started_afresh(report, scheduler, params, chain, newest, found[0])
-    if not _patched_process(newest) and not params_known and scheduler in releases.scheduler_classes() and \
+    if not patched_process(newest) and not params_known and scheduler in releases.scheduler_classes() and \
             needs_nothing(newest.version, newest.version) is None:
         found.append((UNKNOWN, f"the newest save's process ({newest.tag.name}) ran unpatched, and the checkpoint does "
                                "not hold the scheduler's params: the changes after step 0 cannot be judged"))
-    elif not _patched_process(newest):
+    elif not patched_process(newest):
         later = _later_changes(report, scheduler, params, newest)
         if later is not None:
             found.append(later)
@@ -123,7 +123,7 @@ def table_reading(report: Report, scheduler: str, params: dict[str, Any], releas
     return judge(scratch, scheduler, params, release, release, later=False).onto(scratch)
 
 
-def _patched_process(save: Save) -> bool:
+def patched_process(save: Save) -> bool:
     """Whether the process that wrote ``save`` ran the patch's fixes (a bound record 2 of reset or step mode)."""
     record = save.record
     return record is not None and bool(record.get("bound")) and record["mode"] in ("reset", "step")

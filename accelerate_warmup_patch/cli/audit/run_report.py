@@ -18,6 +18,7 @@ from .chain import (
     from_table,
     judge_from_chain,
     needs_nothing,
+    patched_process,
     proves_step0,
     table_reading,
     unseen_start,
@@ -275,16 +276,21 @@ def _chain_step0(chain: Save | None) -> dict[str, Any] | None:
 def _observed_under_torch(chain: Save, *saves: Save) -> str | None:
     """Why step 0 ran as every release runs it, where the chain's bound record observed it under a torch lr scheduler
     the engine held (step0.torch_scheduler, not one of DeepSpeed's) and no save weighed holds a DeepSpeed scheduler's
-    state; None otherwise. Found by the run-history search: a patched run of the HF Trainer's own scheduler, resumed
-    by a process without one, read ``unknown`` ("the engine held no lr scheduler")."""
+    state, and each whose engine held none was written by a process that ran the patch's fixes (a DeepSpeed scheduler
+    stepped outside that engine was then fixed when built, as judge_from_chain holds for a later process); None
+    otherwise. Found by the run-history search: a patched run of the HF Trainer's own scheduler, resumed by a patched
+    process without one, read ``unknown`` ("the engine held no lr scheduler")."""
     step0 = _chain_step0(chain)
     if not chain.vouched or step0 is None or step0.get("how") != record_data.OBSERVED:
         return None
     named = step0.get("torch_scheduler")
     if not isinstance(named, str) or step0.get("scheduler") is not None:
         return None
-    if not all(save.scheduler_state is None or not_deepspeeds(save) is not None for save in (chain, *saves)):
-        return None  # a save of this run held a scheduler that may be DeepSpeed's: the record does not speak for it
+    for save in (chain, *saves):
+        if save.scheduler_state is None and not patched_process(save):
+            return None  # its engine held no scheduler, and one of DeepSpeed's outside it would have run unfixed
+        if save.scheduler_state is not None and not_deepspeeds(save) is None:
+            return None  # a save of this run held a scheduler that may be DeepSpeed's: the record does not speak for it
     return (f"the bound record of {chain.tag.name} observed step 0 under the engine's {named}, a torch lr scheduler, "
             "not one of DeepSpeed's: the bug is in DeepSpeed's scheduler constructors and cannot reach it, patched "
             "or not")
