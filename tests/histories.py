@@ -25,7 +25,9 @@ A history is a list of steps, plain data (JSON), each one of:
   ``save_state`` (the tag ``pytorch_model``) or (a long search's, AWP_HISTORY_TRAINER) the HF Trainer itself (its
   ``checkpoint-N`` with its own files beside DeepSpeed's: trainer_state.json, the weights, each rank's rng state;
   with a warmup class, or with no scheduler block, so that the Trainer builds its own torch scheduler,
-  ``TRAINERS_OWN``), into a new folder;
+  ``TRAINERS_OWN``), into a new folder; a long search's job, and its resume, accumulates gradients over 1 or 2
+  micro-batches an optimizer step (``accumulate``: the config's ``gradient_accumulation_steps``, the Trainer's
+  argument of that name);
 - ``jobresume``: a job that resumes a folder's newest save (as many ranks as its ZeRO partitions, else the step's),
   each rank in its own mode (a mode changed within the run), through accelerate where the save is accelerate's, through
   the Trainer's ``resume_from_checkpoint`` where the Trainer wrote it (the whole save: the Trainer loads nothing less),
@@ -122,6 +124,8 @@ OPS = ("start", "resume", "resume", "rerun", "copy", "delete", "move", "edit", "
 # what a step written before classes and stages were searched runs (tests/histories_found.json's older examples)
 DEFAULT_RUN = {"scheduler": "WarmupLR", "zero": 0, "model": "a", "tags": "global", "config": "dict"}
 Step = dict[str, Any]
+# the micro-batches an optimizer step of a job may accumulate: a long search's (TRAINER) draw; CI's draw none (1)
+ACCUMULATE = (1, 2) if TRAINER else ()
 
 
 # The generator -----------------------------------------------------------------------------------------------------
@@ -142,6 +146,7 @@ def history(rng: random.Random, length: int, releases: tuple[str, ...] = ("insta
                 trainers.append(folders)
                 if rng.random() < 0.3:
                     steps[-1]["scheduler"] = TRAINERS_OWN
+            _accumulating(rng, steps[-1])
             folders += 1
         elif op == "jobresume":
             into_new = rng.random() < 0.3
@@ -160,6 +165,7 @@ def history(rng: random.Random, length: int, releases: tuple[str, ...] = ("insta
                              "driver": "trainer"}
                 trainers.append(folders)
                 into_new = True
+            _accumulating(rng, steps[-1])
             folders += into_new
         elif op == "start":
             steps.append({"op": op, "mode": rng.choice(MODES), **_run_kind(rng)})
@@ -181,6 +187,13 @@ def history(rng: random.Random, length: int, releases: tuple[str, ...] = ("insta
         else:
             steps.append({"op": op, "run": rng.randrange(folders)})
     return steps
+
+
+def _accumulating(rng: random.Random, step: Step) -> None:
+    """A long search's job or job's resume accumulates gradients over ACCUMULATE's micro-batches (drawn after the
+    rest of the step, and none in CI's draws, which stay what they were)."""
+    if ACCUMULATE:
+        step["accumulate"] = rng.choice(ACCUMULATE)
 
 
 OTHER_DEEPSPEED = "AWP_HISTORY_OTHER_DEEPSPEED"  # a folder holding another release's ``deepspeed`` package
@@ -344,7 +357,7 @@ def _job(world: World, index: int, step: Step, job: Job) -> None:
                 step0_release=release, recorded=step["modes"][0] != "off", trainer=driver == "trainer",
                 tags={"accelerate": "accelerate", "trainer": "trainer"}.get(driver, "global"))
     firsts = job(modes=step["modes"], save_dir=save_dir(world, index, save), scheduler=step["scheduler"],
-                 zero=step["zero"], release=release, driver=driver)
+                 zero=step["zero"], release=release, driver=driver, accumulate=step.get("accumulate", 1))
     save.step0 = next((lrs for lrs in firsts if not _same(lrs, REFERENCE_STEP0)), firsts[0])
     world.starts += 1
     _place(world, index, save)
@@ -382,7 +395,7 @@ def _job_resume(world: World, source: int, step: Step, job: Job) -> None:
                 trainer=driver == "trainer")
     firsts = job(modes=modes, save_dir=save_dir(world, target, save), scheduler=loaded.scheduler, zero=loaded.zero,
                  model=loaded.model, tag=own_tag(save), resume={"from": str(load_dir(world, source)), "load": load},
-                 release=release, driver=driver)
+                 release=release, driver=driver, accumulate=step.get("accumulate", 1))
     if fresh:
         save.step0 = next((lrs for lrs in firsts if not _same(lrs, REFERENCE_STEP0)), firsts[0])
     _place(world, target, save)

@@ -2,8 +2,9 @@
 from tests/children/history.py, on the installed DeepSpeed or on another release's code): ``history_job.py SAVE_DIR
 OUT RUN_JSON``, RUN_JSON ``{"modes": [each rank's], "scheduler": ..., "zero": ..., "model": "a", "tag": null,
 "resume": null or {"from": FOLDER, "load": "whole" | "no-optimizer" | "no-scheduler" | "universal"},
-"driver": "engine" | "accelerate" | "trainer"}``. Each rank arms the patch in its own mode (``off``: removed), trains a
-fresh engine two steps (or loads FOLDER's newest save, or its universal checkpoint, and trains one), saves into
+"driver": "engine" | "accelerate" | "trainer", "accumulate": 1 | 2}``. Each rank arms the patch in its own mode
+(``off``: removed), trains a fresh engine two optimizer steps of ``accumulate`` micro-batches each (or loads FOLDER's
+newest save, or its universal checkpoint, and trains one), saves into
 SAVE_DIR (DeepSpeed's global_stepN, or ``tag``; through accelerate, its ``save_state``: the tag ``pytorch_model``;
 through the HF Trainer, SAVE_DIR is the ``checkpoint-N`` it writes into its output folder), and writes the lrs its own
 optimizer used at each step to OUT/rank<r>.json."""
@@ -78,10 +79,11 @@ def by_accelerate(config: dict[str, Any], module: Any,
         accelerator.load_state(resume["from"], **what_loads(resume))  # passed on to the engine's load_checkpoint
 
     def step() -> None:
-        accelerator.backward(model(torch.randn(2, 4)).pow(2).mean())
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad()
+        with accelerator.accumulate(model):  # a boundary every gradient_accumulation_steps-th micro-batch
+            accelerator.backward(model(torch.randn(2, 4)).pow(2).mean())
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
 
     def save() -> None:
         accelerator.save_state(sys.argv[1])  # the engine's save_checkpoint, tag "pytorch_model"
@@ -127,6 +129,7 @@ def by_trainer(config: dict[str, Any], module: Any, resume: dict[str, str] | Non
     args = TrainingArguments(
         output_dir=str(save_dir.parent), deepspeed=config, per_device_train_batch_size=config[
             "train_micro_batch_size_per_gpu"], learning_rate=config["optimizer"]["params"]["lr"],
+        gradient_accumulation_steps=config.get("gradient_accumulation_steps", 1),
         warmup_steps=params["warmup_num_steps"], max_steps=params.get("total_num_steps", 20),
         lr_scheduler_type="linear", save_strategy="no",
         logging_strategy="no", report_to=[], disable_tqdm=True, remove_unused_columns=False, seed=0)
@@ -143,6 +146,8 @@ module = torch.nn.Sequential(torch.nn.Linear(4, histories.MODELS[RUN.get("model"
 resume = RUN.get("resume")
 build = by_accelerate if RUN.get("driver") == "accelerate" else by_engine
 config = histories.config_of(RUN["scheduler"], RUN["zero"])
+if RUN.get("accumulate", 1) > 1:  # the engine steps the optimizer at every accumulate-th micro-batch
+    config["gradient_accumulation_steps"] = RUN["accumulate"]
 if resume is not None and resume["load"] == "universal":
     config["checkpoint"] = {"load_universal": True}  # load_checkpoint reads the tag latest_universal names
 if RUN.get("driver") == "trainer":
@@ -150,9 +155,9 @@ if RUN.get("driver") == "trainer":
 else:
     engine, step, save = build(config, module, resume)
     seen = StepLrs(torch_optimizer(engine))
-    for _ in range(1 if resume is not None else 2):
+    for _ in range((1 if resume is not None else 2) * RUN.get("accumulate", 1)):
         step()
-        seen.flush()
+        seen.flush()  # a row only where the optimizer stepped
     save()
     rows = seen.rows
 (Path(sys.argv[2]) / f"rank{RANK}.json").write_text(json.dumps(rows))

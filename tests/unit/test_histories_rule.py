@@ -300,3 +300,8 @@ def test_a_long_search_draws_trainer_jobs_and_resumes_them_with_the_trainer() ->
                 assert any(earlier["op"] == "job" and earlier["driver"] == "trainer" for earlier in steps[:index])
                 resumed += 1
     assert resumed
+    # every job and job's resume of a long search accumulates over 1 or 2 micro-batches; CI's draw none
+    accumulated = [step.get("accumulate") for steps in drawn for step in steps if step["op"] in ("job", "jobresume")]
+    assert set(accumulated) == {1, 2}, accumulated
+    assert not [step for seed in range(40) for step in histories.history(random.Random(seed), 8, ("installed", "other"))
+                if "accumulate" in step]
