@@ -291,3 +291,27 @@ def test_a_step_0_observed_under_a_torch_scheduler_is_not_affected_whatever_resu
     for name in ("a record before the key", "a save holds DeepSpeed's state", "resumed without one in warn mode",
                  "a DeepSpeed class named too", "unbound"):
         assert one(tmp_path / name)[1]["verdict"] == "unknown", (name, one(tmp_path / name)[1])
+
+
+def test_a_resume_of_a_torch_scheduler_run_whose_record_proves_nothing_is_not_affected(tmp_path: Path) -> None:
+    # found by the run-history search (seed 115): the HF Trainer's own scheduler, a job of two ranks one of which was
+    # not armed (its record unbound), resumed by the Trainer: the resume's record hands on "unbound", which knows no
+    # more than that save's files, a torch scheduler's state ("unknown" before); the same for a loaded record 1
+    trainer = files.model_states(ds_config={"train_micro_batch_size_per_gpu": 2}, global_steps=2)
+    trainer["lr_scheduler"] = TORCH_STATE
+    under_torch = observed([1e-3], None) | {"scheduler": None, "torch_scheduler": "torch.optim.lr_scheduler.LambdaLR"}
+    told = {"deepspeed": "0.15.2", "global_steps": 2, "tag": "global_step2", "why": "its record proves nothing"}
+    cases = {"unbound": ({"how": "unbound", **told}, None),
+             "record-1": ({"how": "record-1", "claimed": "unknown", **told}, None),
+             "a claim of DeepSpeed's": ({"how": "unbound", **told}, "WarmupLR")}
+    for name, (story, scheduler) in cases.items():
+        _patched(tmp_path / name, trainer, under_torch, tag="global_step2", scheduler=None, bound=False)
+        _patched(tmp_path / name, _with(trainer, global_steps=3), story | {"scheduler": scheduler},
+                 tag="global_step3", scheduler="torch.optim.lr_scheduler.LambdaLR", mode="warn")
+    for name in ("unbound", "record-1"):
+        code, report = one(tmp_path / name)
+        assert report["verdict"] == "not affected" and code == 0, (name, report)
+        assert "torch lr scheduler" in report["why"], (name, report)
+        assert any(f"proves nothing ({name})" in note for note in report["notes"]), (name, report)
+    # the claim names DeepSpeed's scheduler at step 0: the record decides, and it proves nothing
+    assert one(tmp_path / "a claim of DeepSpeed's")[1]["verdict"] == "unknown"

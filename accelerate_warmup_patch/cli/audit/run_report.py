@@ -130,10 +130,10 @@ def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
     if foreign is not None:  # whatever the config says or lacks, and patched or not
         report.verdict, report.why = NOT_AFFECTED, foreign
         step0 = _chain_step0(chain)
-        if chain is not None and step0 is not None and step0.get("how") == record_data.UNRECORDED:
+        if chain is not None and step0 is not None and step0.get("how") in _IN_THE_LOADED_SAVE:
             report.notes.append(f"the record of {chain.tag.name} says step 0 ran in the save it resumed from "
-                                f"({step0.get('tag')}), which holds no record: read, as a save without one is, by "
-                                "the scheduler state these files hold")
+                                f"({step0.get('tag')}), whose record proves nothing ({step0.get('how')}): read, as "
+                                "a save without one is, by the scheduler state these files hold")
         every_save(run, read, report, config_root, judged=(first,), scheduler=scheduler or "", params=params)
         return report
     if scheduler is None:
@@ -303,18 +303,23 @@ def _ran_by_its_recorder(chain: Save | None) -> bool:
     return step0 is not None and step0.get("how") in (record_data.OBSERVED, record_data.UNOBSERVED)
 
 
+# what a record says of step 0 where it knows only that step 0 ran in the save it loaded, whose record proves nothing
+_IN_THE_LOADED_SAVE = (record_data.UNRECORDED, record_data.UNBOUND, record_data.RECORD_1)
+
+
 def _step0_elsewhere(chain: Save | None) -> bool:
     """Whether a bound record says step 0 ran under one of DeepSpeed's schedulers, or in a process it did not
     observe: then it, not the state a later process's scheduler saved, decides. Not a record that says only that
-    step 0 ran in a process that left no record, where its own process held a torch scheduler too: it knows no more
-    than that process's files would tell, and an unrecorded save is read by the scheduler state it holds (docs/
-    audit.md, assumption 9; a patched resume of an unpatched run of the HF Trainer's own scheduler, say)."""
+    step 0 ran in the save it loaded, which left no record or one that proves nothing (unbound, record 1), where its
+    own process held a torch scheduler too: it knows no more than that save's files tell, and such a save is read by
+    the scheduler state it holds (docs/audit.md, assumption 9; a patched resume of an unpatched run of the HF
+    Trainer's own scheduler, or of a run one of whose ranks was not armed)."""
     step0 = _chain_step0(chain)
     if step0 is None or step0.get("how") == record_data.OBSERVED:
         return False
     if step0.get("scheduler") in releases.scheduler_classes():
         return True
-    return not (step0.get("how") == record_data.UNRECORDED and chain is not None and not_deepspeeds(chain))
+    return not (step0.get("how") in _IN_THE_LOADED_SAVE and chain is not None and not_deepspeeds(chain))
 
 
 def _scheduler_in_code(state: Any) -> str:

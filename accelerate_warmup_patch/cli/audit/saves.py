@@ -183,7 +183,7 @@ def restarted(save: Save) -> str | None:
         return None
     return (f"{save.tag.name}'s scheduler counts {iteration + 1} steps and the engine {steps - skipped}: it was built "
             f"after global step {steps - skipped - iteration - 1}, in a process that resumed from an earlier save "
-            "without the scheduler's state, so step 0 ran in a process whose save is not weighed here")
+            "without the scheduler's state, so step 0 ran in an earlier process than the one that wrote it")
 
 
 def read_earlier(tag: PurePath, read: dict[PurePath, Save], report: Report, config_root: str | None,
