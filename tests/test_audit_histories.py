@@ -8,7 +8,7 @@ Budget: CI runs ``AWP_HISTORIES`` histories (default 2) of ``AWP_HISTORY_STEPS``
 2 ranks under ZeRO 2, an edited config and a resume; with the kept examples (one of them plays each kind the search
 draws) about 240 s on 0.15.2 and 265 s on 0.19.8, each with the other release's code beside it (noxfile.py; CI's
 fresh-clone run on the development machine, 2026-12-07: the kept examples 219 s and 246 s, 13 of them, one with jobs
-of the HF Trainer).
+of the HF Trainer; 15 since, three with the Trainer's jobs).
 ``nox -s "histories(...)"`` runs a long search (200 histories of 8 steps, a seed from the clock unless given; its jobs
 of up to ``AWP_HISTORY_RANKS`` ranks, 3 unless given; some runs saved as the HF Trainer does, ``checkpoint-N``, and
 some jobs run through the Trainer itself, where ``AWP_HISTORY_TRAINER`` is 1, as the nox session sets it unless
