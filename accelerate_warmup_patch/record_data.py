@@ -91,10 +91,9 @@ def same_lrs(a: list[float], b: list[float]) -> bool:
 # scalar or a list of lrs, so that nothing read back (an lr of 1e999, a value nested 900 deep, a huge string)
 # reaches a later record or makes it unwritable.
 
-_STEP0_TEXTS = ("how", "deepspeed", "scheduler", "mode", "patch", "patch_did", "tag", "claimed", "why",
-                "torch_scheduler")
 STEP0_KEYS = ("how", "deepspeed", "scheduler", "mode", "patch", "patch_did", "tag", "claimed", "why",
-              "torch_scheduler", "global_steps", "lrs", "expected")  # the texts above, then these
+              "torch_scheduler", "global_steps", "lrs", "expected")
+_STEP0_TEXTS = STEP0_KEYS[:-3]  # all but the step count and the lrs
 HOP_KEYS = ("tag", "deepspeed", "global_steps", "scheduler", "record", "bound")
 _TEXT = 200  # a name, a release, a tag
 _WHY = 1000  # a sentence
