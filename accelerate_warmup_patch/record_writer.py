@@ -317,7 +317,7 @@ def _step0(engine: Any, scheduler: Any, mode: str, history: loaded_record.Loaded
     version = wrapping.deepspeed_version()
     name = schedules.class_name(scheduler) if scheduler is not None else None
     base = {"deepspeed": version, "scheduler": name, "mode": mode, "patch": _package_version()}
-    torch_scheduler = schedules.torch_class(scheduler) if scheduler is not None else None
+    torch_scheduler = schedules.torch_class(scheduler)
     if torch_scheduler is not None:  # the audit clears a step 0 observed under one (#55, a Trainer's own)
         base["torch_scheduler"] = torch_scheduler
     first = step_watch.first_step(engine)

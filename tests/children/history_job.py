@@ -146,8 +146,9 @@ module = torch.nn.Sequential(torch.nn.Linear(4, histories.MODELS[RUN.get("model"
 resume = RUN.get("resume")
 build = by_accelerate if RUN.get("driver") == "accelerate" else by_engine
 config = histories.config_of(RUN["scheduler"], RUN["zero"])
-if RUN.get("accumulate", 1) > 1:  # the engine steps the optimizer at every accumulate-th micro-batch
-    config["gradient_accumulation_steps"] = RUN["accumulate"]
+accumulate = RUN.get("accumulate", 1)
+if accumulate > 1:  # the engine steps the optimizer at every accumulate-th micro-batch
+    config["gradient_accumulation_steps"] = accumulate
 if resume is not None and resume["load"] == "universal":
     config["checkpoint"] = {"load_universal": True}  # load_checkpoint reads the tag latest_universal names
 if RUN.get("driver") == "trainer":
@@ -155,7 +156,7 @@ if RUN.get("driver") == "trainer":
 else:
     engine, step, save = build(config, module, resume)
     seen = StepLrs(torch_optimizer(engine))
-    for _ in range((1 if resume is not None else 2) * RUN.get("accumulate", 1)):
+    for _ in range((1 if resume is not None else 2) * accumulate):
         step()
         seen.flush()  # a row only where the optimizer stepped
     save()

@@ -52,11 +52,17 @@ def judge_from_chain(report: Report, chain: Save, scheduler: str, params: dict[s
     report.why = "; ".join(why for _, why in found if why)
 
 
+def chain_step0(chain: Save | None) -> dict[str, Any] | None:
+    """The step 0 the chain's record tells (record_data's shape), or None where there is none."""
+    step0 = chain.record.get("step0") if chain is not None and chain.record is not None else None
+    return step0 if isinstance(step0, dict) else None
+
+
 def proves_step0(chain: Save) -> bool:
     """Whether the chain's bound record observed step 0 and holds what the reference runs it at, computed by the
     patch from the scheduler itself: then it decides, whatever the ds_config says or lacks."""
-    step0 = chain.record.get("step0") if chain.record is not None else None
-    return chain.vouched and isinstance(step0, dict) and step0.get("how") == record_data.OBSERVED and \
+    step0 = chain_step0(chain)
+    return chain.vouched and step0 is not None and step0.get("how") == record_data.OBSERVED and \
         step0.get("expected") is not None
 
 

@@ -15,6 +15,7 @@ from . import checkpoint_pickle
 from .chain import (
     WORST,
     apply_claim,
+    chain_step0,
     from_table,
     judge_from_chain,
     needs_nothing,
@@ -129,7 +130,7 @@ def _audit_run(run: Run, report: Report, config_root: str | None) -> Report:
     foreign = None if _step0_elsewhere(chain) else not_deepspeeds(first)
     if foreign is not None:  # whatever the config says or lacks, and patched or not
         report.verdict, report.why = NOT_AFFECTED, foreign
-        step0 = _chain_step0(chain)
+        step0 = chain_step0(chain)
         if chain is not None and step0 is not None and step0.get("how") in _IN_THE_LOADED_SAVE:
             report.notes.append(f"the record of {chain.tag.name} says step 0 ran in the save it resumed from "
                                 f"({step0.get('tag')}), whose record proves nothing ({step0.get('how')}): read, as "
@@ -185,7 +186,7 @@ def _unless_loaded_save_resumed(run: Run, read: dict[PurePath, Save], report: Re
     too (restarted: its scheduler was built after step 0), step 0 ran before it, in a process these files do not
     name: ``unknown``, as for a save without a record that shows the same (found by the run-history search: a run
     started on 0.19.8, resumed on 0.15.2 without the scheduler's state, then resumed in warn mode, read affected)."""
-    step0 = _chain_step0(chain)
+    step0 = chain_step0(chain)
     if report.verdict != AFFECTED or step0 is None or step0.get("how") != record_data.UNRECORDED:
         return
     for tag in run.tags:
@@ -240,7 +241,7 @@ def _unconfigured(run: Run, read: dict[PurePath, Save], report: Report, config_r
         every_save(run, read, report, config_root, judged=(chain, newest), scheduler="", params={})
         return report
     if chain is not None and proves_step0(chain):
-        step0 = chain.record["step0"] if chain.record is not None else {}
+        step0 = chain_step0(chain) or {}
         scheduler = step0.get("scheduler") or (chain.record or {}).get("scheduler", {}).get("class") or ""
         report.scheduler = report.scheduler or scheduler or None
         earlier = earlier_proof(run, read, report, config_root, chain)
@@ -267,12 +268,6 @@ def _unconfigured(run: Run, read: dict[PurePath, Save], report: Report, config_r
     return report
 
 
-def _chain_step0(chain: Save | None) -> dict[str, Any] | None:
-    """The step 0 the chain's record tells (record_data's shape), or None where there is none."""
-    step0 = chain.record.get("step0") if chain is not None and chain.record is not None else None
-    return step0 if isinstance(step0, dict) else None
-
-
 def _observed_under_torch(chain: Save, *saves: Save) -> str | None:
     """Why step 0 ran as every release runs it, where the chain's bound record observed it under a torch lr scheduler
     the engine held (step0.torch_scheduler, not one of DeepSpeed's) and no save weighed holds a DeepSpeed scheduler's
@@ -280,7 +275,7 @@ def _observed_under_torch(chain: Save, *saves: Save) -> str | None:
     stepped outside that engine was then fixed when built, as judge_from_chain holds for a later process); None
     otherwise. Found by the run-history search: a patched run of the HF Trainer's own scheduler, resumed by a patched
     process without one, read ``unknown`` ("the engine held no lr scheduler")."""
-    step0 = _chain_step0(chain)
+    step0 = chain_step0(chain)
     if not chain.vouched or step0 is None or step0.get("how") != record_data.OBSERVED:
         return None
     named = step0.get("torch_scheduler")
@@ -299,7 +294,7 @@ def _observed_under_torch(chain: Save, *saves: Save) -> str | None:
 def _ran_by_its_recorder(chain: Save | None) -> bool:
     """Whether a record names the release of the process that ran step 0 itself (it observed it or not), rather than
     that of a save it loaded (``unrecorded``, ``no-step-yet``, a loaded claim: ``unbound``, ``record-1``)."""
-    step0 = _chain_step0(chain)
+    step0 = chain_step0(chain)
     return step0 is not None and step0.get("how") in (record_data.OBSERVED, record_data.UNOBSERVED)
 
 
@@ -314,7 +309,7 @@ def _step0_elsewhere(chain: Save | None) -> bool:
     own process held a torch scheduler too: it knows no more than that save's files tell, and such a save is read by
     the scheduler state it holds (docs/audit.md, assumption 9; a patched resume of an unpatched run of the HF
     Trainer's own scheduler, or of a run one of whose ranks was not armed)."""
-    step0 = _chain_step0(chain)
+    step0 = chain_step0(chain)
     if step0 is None or step0.get("how") == record_data.OBSERVED:
         return False
     if step0.get("scheduler") in releases.scheduler_classes():
