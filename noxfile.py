@@ -122,23 +122,32 @@ def _install_oracle(session: nox.Session, deepspeed: str) -> None:
                         f"deepspeed=={releases.BEHAVIOR_REFERENCE}")
 
 
-def _other_release(session: nox.Session, deepspeed: str, chosen: str | None = None) -> None:
+def _other_release(session: nox.Session, deepspeed: str, chosen: str | None = None,
+                   third: str | None = None) -> None:
     """The suite's other release's code made runnable beside the installed release, for the run histories' release
     changes (tests/histories.py, AWP_HISTORY_OTHER_DEEPSPEED: that folder first on the path of this venv's Python).
     Beside the buggy release, the reference in _install_oracle's folder, with einops, its one dependency the buggy
     release lacks; beside the reference, the buggy release, installed the same way (--target, no dependencies: the
     reference's venv holds them). A long search may choose another release (``chosen``: 0.15.3, say), installed into
-    a folder of its own the same way."""
+    a folder of its own the same way, and a ``third`` beside it (a run on three releases)."""
     other = chosen or next(release for release in tiers.TEST_DEEPSPEED if release != deepspeed)
-    if chosen or other == releases.BEHAVIOR_REFERENCE:
+    if chosen or third or other == releases.BEHAVIOR_REFERENCE:
         session.install("einops")
     if other == releases.BEHAVIOR_REFERENCE and not chosen:
-        folder = Path(session.virtualenv.location) / "reference-deepspeed"
+        folders = [Path(session.virtualenv.location) / "reference-deepspeed"]
     else:
-        folder = Path(session.virtualenv.location) / (f"deepspeed-{chosen}" if chosen else "other-deepspeed")
-        session.install(*_find_links(), "--no-deps", "--no-build-isolation", "--target", str(folder),
-                        f"deepspeed=={other}")
-    session.env["AWP_HISTORY_OTHER_DEEPSPEED"] = str(folder)
+        folders = [_release_beside(session, other, f"deepspeed-{chosen}" if chosen else "other-deepspeed")]
+    if third:
+        folders.append(_release_beside(session, third, f"deepspeed-{third}"))
+    session.env["AWP_HISTORY_OTHER_DEEPSPEED"] = os.pathsep.join(map(str, folders))
+
+
+def _release_beside(session: nox.Session, release: str, name: str) -> Path:
+    """DeepSpeed ``release``'s code installed into the venv's folder ``name`` (--target, no dependencies)."""
+    folder = Path(session.virtualenv.location) / name
+    session.install(*_find_links(), "--no-deps", "--no-build-isolation", "--target", str(folder),
+                    f"deepspeed=={release}")
+    return folder
 
 
 def _own_ports(session: nox.Session, kind: str, index: int = 0) -> None:
@@ -219,13 +228,15 @@ def histories(session: nox.Session, deepspeed: str) -> None:
     hour and a half on a 2-core machine); AWP_HISTORY_RANKS=4 lets its jobs have 4 ranks (CI's draw 1 to 3); some
     of its runs save as the HF Trainer does (checkpoint-N/global_stepN) and some of its jobs run through the Trainer
     itself (CI's do neither; AWP_HISTORY_TRAINER=0 turns both off); AWP_HISTORY_OTHER_RELEASE=0.15.3 (say) changes
-    release to that one instead of the suite's other. A failing history is shrunk and kept in
+    release to that one instead of the suite's other, and AWP_HISTORY_THIRD_RELEASE=0.15.3 (say) adds it as a third
+    (a run may then start on one release and resume on each of the others). A failing history is shrunk and kept in
     tests/histories_found.json."""
     _install_stack(session, deepspeed)
     _own_ports(session, "histories", tiers.TEST_DEEPSPEED.index(deepspeed))
     session.install("pytest")
     _install_oracle(session, deepspeed)
-    _other_release(session, deepspeed, os.environ.get("AWP_HISTORY_OTHER_RELEASE"))
+    _other_release(session, deepspeed, os.environ.get("AWP_HISTORY_OTHER_RELEASE"),
+                   os.environ.get("AWP_HISTORY_THIRD_RELEASE"))
     seed = os.environ.get("AWP_HISTORY_SEED") or str(int(time.time()))
     session.log(f"AWP_HISTORY_SEED={seed}")
     session.run("pytest", "-q", "-p", "no:cacheprovider", "-x", "tests/test_audit_histories.py", *session.posargs,

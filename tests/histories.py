@@ -126,6 +126,9 @@ DEFAULT_RUN = {"scheduler": "WarmupLR", "zero": 0, "model": "a", "tags": "global
 Step = dict[str, Any]
 # the micro-batches an optimizer step of a job may accumulate: a long search's (TRAINER) draw; CI's draw none (1)
 ACCUMULATE = (1, 2) if TRAINER else ()
+# how a Trainer's job is given its config: as a dict of the values its arguments hold, as one with "auto" for each
+# value the Trainer fills in (its docs' way), or as a path to that (the commonest: ``--deepspeed ds_config.json``)
+GIVEN = ("dict", "auto", "auto-path")
 
 
 # The generator -----------------------------------------------------------------------------------------------------
@@ -147,6 +150,7 @@ def history(rng: random.Random, length: int, releases: tuple[str, ...] = ("insta
                 if rng.random() < 0.3:
                     steps[-1]["scheduler"] = TRAINERS_OWN
             _accumulating(rng, steps[-1])
+            _trainers_way(rng, steps[-1])
             folders += 1
         elif op == "jobresume":
             into_new = rng.random() < 0.3
@@ -166,6 +170,7 @@ def history(rng: random.Random, length: int, releases: tuple[str, ...] = ("insta
                 trainers.append(folders)
                 into_new = True
             _accumulating(rng, steps[-1])
+            _trainers_way(rng, steps[-1])
             folders += into_new
         elif op == "start":
             steps.append({"op": op, "mode": rng.choice(MODES), **_run_kind(rng)})
@@ -196,21 +201,39 @@ def _accumulating(rng: random.Random, step: Step) -> None:
         step["accumulate"] = rng.choice(ACCUMULATE)
 
 
-OTHER_DEEPSPEED = "AWP_HISTORY_OTHER_DEEPSPEED"  # a folder holding another release's ``deepspeed`` package
+def _trainers_way(rng: random.Random, step: Step) -> None:
+    """How a Trainer's job or resume is given its config (``given``, GIVEN: the values its arguments hold, ``"auto"``
+    for each value the Trainer fills in, the same as a file it is given by path), and how often a fresh Trainer job
+    saves (``saves``: once at its end, or at each of its 2 steps, ``save_steps=1``): drawn after the rest of the step,
+    and only for the Trainer (a long search's), so that every other draw stays what it was."""
+    if step["driver"] != "trainer":
+        return
+    step["given"] = rng.choice(GIVEN)
+    if step["op"] == "job":
+        step["saves"] = rng.choice((1, 2))
+
+
+OTHER_DEEPSPEED = "AWP_HISTORY_OTHER_DEEPSPEED"  # folders each holding another release's ``deepspeed`` (os.pathsep)
+
+
+def _other_folders() -> list[Path]:
+    return [Path(folder) for folder in os.environ.get(OTHER_DEEPSPEED, "").split(os.pathsep) if folder]
 
 
 def releases_here() -> tuple[str, ...]:
     """The releases a history may run its jobs on here: the installed one, and another where a folder of its code is
-    given (OTHER_DEEPSPEED: noxfile.py's reference-deepspeed beside 0.15.2, other-deepspeed beside 0.19.8)."""
-    return ("installed", "other") if os.environ.get(OTHER_DEEPSPEED) else ("installed",)
+    given (OTHER_DEEPSPEED: noxfile.py's reference-deepspeed beside 0.15.2, other-deepspeed beside 0.19.8); a long
+    search may give two folders, a run on three releases (``other``, ``other2``)."""
+    return ("installed", *("other" if index == 0 else f"other{index + 1}" for index in range(len(_other_folders()))))
 
 
 def in_release(release: str, env: dict[str, str]) -> None:
-    """``env`` made to run ``release`` ("other": OTHER_DEEPSPEED's code first on the path of this very Python, its
-    CPU ops compiled into a folder of its own: two releases' ops in one folder rebuild each other)."""
+    """``env`` made to run ``release`` ("other": OTHER_DEEPSPEED's first folder's code first on the path of this very
+    Python, "other2" its second's; its CPU ops compiled into a folder of its own: two releases' ops in one folder
+    rebuild each other)."""
     if release == "installed":
         return
-    folder = Path(os.environ[OTHER_DEEPSPEED])
+    folder = _other_folders()[int(release[len("other"):] or "1") - 1]
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH", "")]))
     env["TORCH_EXTENSIONS_DIR"] = str(folder.with_name(f"{folder.name}-torch_extensions"))
 
@@ -357,10 +380,18 @@ def _job(world: World, index: int, step: Step, job: Job) -> None:
                 step0_release=release, recorded=step["modes"][0] != "off", trainer=driver == "trainer",
                 tags={"accelerate": "accelerate", "trainer": "trainer"}.get(driver, "global"))
     firsts = job(modes=step["modes"], save_dir=save_dir(world, index, save), scheduler=step["scheduler"],
-                 zero=step["zero"], release=release, driver=driver, accumulate=step.get("accumulate", 1))
+                 zero=step["zero"], release=release, driver=driver, accumulate=step.get("accumulate", 1),
+                 **_trainer_only(step))
     save.step0 = next((lrs for lrs in firsts if not _same(lrs, REFERENCE_STEP0)), firsts[0])
     world.starts += 1
+    if step.get("saves", 1) == 2:  # the Trainer's save after its first step too: checkpoint-1 beside checkpoint-2
+        _place(world, index, dataclasses.replace(save, steps=1))
     _place(world, index, save)
+
+
+def _trainer_only(step: Step) -> dict[str, Any]:
+    """What a job of the Trainer is given beyond any job's (``given``, ``saves``: _trainers_way), where drawn."""
+    return {key: step[key] for key in ("given", "saves") if key in step}
 
 
 def _job_resume(world: World, source: int, step: Step, job: Job) -> None:
@@ -395,7 +426,7 @@ def _job_resume(world: World, source: int, step: Step, job: Job) -> None:
                 trainer=driver == "trainer")
     firsts = job(modes=modes, save_dir=save_dir(world, target, save), scheduler=loaded.scheduler, zero=loaded.zero,
                  model=loaded.model, tag=own_tag(save), resume={"from": str(load_dir(world, source)), "load": load},
-                 release=release, driver=driver, accumulate=step.get("accumulate", 1))
+                 release=release, driver=driver, accumulate=step.get("accumulate", 1), **_trainer_only(step))
     if fresh:
         save.step0 = next((lrs for lrs in firsts if not _same(lrs, REFERENCE_STEP0)), firsts[0])
     _place(world, target, save)

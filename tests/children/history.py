@@ -66,12 +66,13 @@ def train(*, mode: str, save_dir: Path, resume_from: Path | None, load: str | No
 
 def job(*, modes: list[str], save_dir: Path, scheduler: str, zero: int, model: str = "a", tag: str | None = None,
         resume: dict[str, str] | None = None, release: str = "installed", driver: str = "engine",
-        accumulate: int = 1) -> list[list[float]]:
+        accumulate: int = 1, given: str = "dict", saves: int = 1) -> list[list[float]]:
     """A torchrun job of ``len(modes)`` ranks (tests/children/history_job.py), each rank in its mode of ``modes``, a
     fresh engine or a resume (``resume``: the folder and how it loads), saved into ``save_dir`` (``tag``: None for
     global_stepN), on the installed DeepSpeed or (``release`` "other") on histories.OTHER_DEEPSPEED's, through the
-    engine, accelerate or the HF Trainer (``driver``), ``accumulate`` micro-batches an optimizer step; each rank's
-    lrs at its first optimizer step."""
+    engine, accelerate or the HF Trainer (``driver``; ``given``, ``saves``: how the Trainer is given its config and
+    how often it saves, histories.GIVEN), ``accumulate`` micro-batches an optimizer step; each rank's lrs at its first
+    optimizer step."""
     # each rank's lrs beside the run folder, not in it (a Trainer's save_dir is the run folder's checkpoint-N)
     run_folder = save_dir.parent if save_dir.name.startswith(histories.ROUND) else save_dir
     out = run_folder.with_name("-".join(save_dir.relative_to(run_folder.parent).parts) + ".ranks")
@@ -83,7 +84,8 @@ def job(*, modes: list[str], save_dir: Path, scheduler: str, zero: int, model: s
            and not key.startswith("ACCELERATE_WARMUP_PATCH")}
     histories.in_release(release, env)
     run = json.dumps({"modes": modes, "scheduler": scheduler, "zero": zero, "model": model, "tag": tag,
-                      "resume": resume, "driver": driver, "accumulate": accumulate})
+                      "resume": resume, "driver": driver, "accumulate": accumulate, "given": given,
+                      "saves": saves})
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(len(modes)),
                            "--master_port", str(ports.port(ports.HISTORY_JOB)),
                            str(Path(__file__).with_name("history_job.py")), str(save_dir), str(out), run],

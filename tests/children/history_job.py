@@ -91,12 +91,40 @@ def by_accelerate(config: dict[str, Any], module: Any,
     return model, step, save
 
 
+# the values the Trainer fills in where the config says "auto" (transformers' HfTrainerDeepSpeedConfig:
+# trainer_config_process and trainer_config_finalize), by block; ``None``: the top level
+TRAINER_FILLS = {None: ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps"),
+                 "optimizer": ("lr", "betas", "eps", "weight_decay"),
+                 "scheduler": ("warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "total_num_steps")}
+
+
+def trainers_config(config: dict[str, Any], given: str) -> dict[str, Any] | str:
+    """The config as the Trainer is given it (histories.GIVEN): the dict itself, the dict with "auto" for each value
+    the Trainer fills in (from its arguments, which hold the dict's values: the engine gets the same numbers), or a
+    path to that (this rank's own file beside its lrs)."""
+    if given == "dict":
+        return config
+    auto: dict[str, Any] = json.loads(json.dumps(config))
+    for block, keys in TRAINER_FILLS.items():
+        values = auto if block is None else auto.get(block, {}).get("params", {})
+        # a scheduler's own keys only (each class lacks some); the others each from an argument the Trainer has
+        filled = [key for key in keys if key in values] if block == "scheduler" else keys
+        values.update(dict.fromkeys(filled, "auto"))
+    if given == "auto":
+        return auto
+    path = Path(sys.argv[2]) / f"ds_config-rank{RANK}.json"
+    path.write_text(json.dumps(auto))
+    return str(path)
+
+
 def by_trainer(config: dict[str, Any], module: Any, resume: dict[str, str] | None,
                steps: int) -> list[list[float | None]]:
-    """The HF Trainer over the same module and config (given as a dict, its TrainingArguments those the config holds,
-    so that the Trainer fills in nothing: the WarmupDecayLR and WarmupCosineLR total_num_steps is its max_steps), a
-    fresh run or ``resume_from_checkpoint`` of ``resume``'s checkpoint-N, ``steps`` optimizer steps, then its own
-    save: SAVE_DIR, the checkpoint-N of its output folder. The lrs its optimizer used at each step."""
+    """The HF Trainer over the same module and config (its TrainingArguments those the config holds, so that what
+    the Trainer fills in is what the dict holds: the WarmupDecayLR and WarmupCosineLR total_num_steps is its
+    max_steps; given as RUN's ``given`` says, trainers_config), a fresh run or ``resume_from_checkpoint`` of
+    ``resume``'s checkpoint-N, ``steps`` optimizer steps, then its own save: SAVE_DIR, the checkpoint-N of its output
+    folder (and, where RUN's ``saves`` is 2, one after each step: checkpoint-1 beside it). The lrs its optimizer used
+    at each step."""
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
     save_dir = Path(sys.argv[1])
@@ -126,12 +154,14 @@ def by_trainer(config: dict[str, Any], module: Any, resume: dict[str, str] | Non
                 control.should_save = control.should_training_stop = True
 
     watch = Steps()
+    each_step = {"save_strategy": "steps", "save_steps": 1} if RUN.get("saves", 1) == 2 else {"save_strategy": "no"}
     args = TrainingArguments(
-        output_dir=str(save_dir.parent), deepspeed=config, per_device_train_batch_size=config[
+        output_dir=str(save_dir.parent), deepspeed=trainers_config(config, RUN.get("given", "dict")),
+        per_device_train_batch_size=config[
             "train_micro_batch_size_per_gpu"], learning_rate=config["optimizer"]["params"]["lr"],
         gradient_accumulation_steps=config.get("gradient_accumulation_steps", 1),
         warmup_steps=params["warmup_num_steps"], max_steps=params.get("total_num_steps", 20),
-        lr_scheduler_type="linear", save_strategy="no",
+        lr_scheduler_type="linear", **each_step,
         logging_strategy="no", report_to=[], disable_tqdm=True, remove_unused_columns=False, seed=0)
     data = [{"input": row} for row in torch.randn(64, 4)]
     trainer = Quadratic(model=module, args=args, train_dataset=data, callbacks=[watch])

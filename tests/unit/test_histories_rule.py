@@ -305,3 +305,45 @@ def test_a_long_search_draws_trainer_jobs_and_resumes_them_with_the_trainer() ->
     assert set(accumulated) == {1, 2}, accumulated
     assert not [step for seed in range(40) for step in histories.history(random.Random(seed), 8, ("installed", "other"))
                 if "accumulate" in step]
+    # a Trainer's job and resume is given its config each of the three ways, a fresh job saves once or each step;
+    # no other step draws either
+    trainers = [step for steps in drawn for step in steps if step.get("driver") == "trainer"]
+    assert {step["given"] for step in trainers} == set(histories.GIVEN)
+    assert {step["saves"] for step in trainers if step["op"] == "job"} == {1, 2}
+    assert all("given" not in step and "saves" not in step for steps in drawn for step in steps
+               if step.get("driver") != "trainer")
+
+
+def test_a_trainer_job_saving_each_step_leaves_both_checkpoints(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    launched: list[dict[str, Any]] = []
+
+    def job(**run: Any) -> list[list[float]]:
+        launched.append(run)
+        return [[0.0]] * len(run["modes"])
+
+    step = {"op": "job", "modes": ["reset", "warn"], "scheduler": "WarmupLR", "zero": 2, "driver": "trainer",
+            "given": "auto-path", "saves": 2}
+    histories.play(step, world, lambda **_: [], job, lambda *_, **__: True)
+    assert (launched[0]["given"], launched[0]["saves"]) == ("auto-path", 2)
+    assert sorted(world.folders[0]) == ["checkpoint-1/global_step1", "checkpoint-2/global_step2"]
+    first, second = world.folders[0].values()
+    assert first is not second and first.step0 == second.step0 == [0.0] and first.trainer and first.fresh
+    # a job drawn before these draws (tests/histories_found.json's) is given its config as a dict and saves once
+    histories.play({key: value for key, value in step.items() if key not in ("given", "saves")}, world,
+                   lambda **_: [], job, lambda *_, **__: True)
+    assert "given" not in launched[1] and sorted(world.folders[1]) == ["checkpoint-2/global_step2"]
+
+
+def test_a_long_search_may_run_three_releases(monkeypatch: Any, tmp_path: Path) -> None:
+    monkeypatch.setenv(histories.OTHER_DEEPSPEED, os.pathsep.join([str(tmp_path / "a"), str(tmp_path / "b")]))
+    assert histories.releases_here() == ("installed", "other", "other2")
+    env: dict[str, str] = {}
+    histories.in_release("other2", env)
+    assert (env["PYTHONPATH"], env["TORCH_EXTENSIONS_DIR"]) == (str(tmp_path / "b"),
+                                                                str(tmp_path / "b-torch_extensions"))
+    first: dict[str, str] = {}
+    histories.in_release("other", first)
+    assert first["PYTHONPATH"] == str(tmp_path / "a")
+    monkeypatch.setenv(histories.OTHER_DEEPSPEED, str(tmp_path / "a"))
+    assert histories.releases_here() == ("installed", "other")
