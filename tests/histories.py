@@ -25,7 +25,8 @@ A history is a list of steps, plain data (JSON), each one of:
   ``save_state`` (the tag ``pytorch_model``) or (a long search's, AWP_HISTORY_TRAINER) the HF Trainer itself (its
   ``checkpoint-N`` with its own files beside DeepSpeed's: trainer_state.json, the weights, each rank's rng state;
   with a warmup class, or with no scheduler block, so that the Trainer builds its own torch scheduler,
-  ``TRAINERS_OWN``), into a new folder; a long search's job, and its resume, accumulates gradients over 1 or 2
+  ``TRAINERS_OWN``; given its config as GIVEN says: a dict, "auto" values, a file by path; saving after its last
+  step or after each, ``saves``), into a new folder; a long search's job, and its resume, accumulates gradients over 1 or 2
   micro-batches an optimizer step (``accumulate``: the config's ``gradient_accumulation_steps``, the Trainer's
   argument of that name);
 - ``jobresume``: a job that resumes a folder's newest save (as many ranks as its ZeRO partitions, else the step's),
@@ -36,7 +37,7 @@ A history is a list of steps, plain data (JSON), each one of:
 
 A job, a job's resume and a conversion run on the installed release or, where OTHER_DEEPSPEED names a folder of another
 release's code (noxfile.py: 0.19.8's beside 0.15.2, 0.15.2's beside 0.19.8), on that one: a run can start on one
-release and resume on the other.
+release and resume on the other (a long search's OTHER_DEEPSPEED may name two folders: three releases).
 
 A run names its saves ``global_stepN`` (DeepSpeed's default) or by a custom tag (``epochN`` for model ``a``,
 ``criticN`` for ``b``), or (a long search's, AWP_HISTORY_TRAINER) saves them as the HF Trainer does: each into a
