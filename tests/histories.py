@@ -26,9 +26,9 @@ A history is a list of steps, plain data (JSON), each one of:
   ``checkpoint-N`` with its own files beside DeepSpeed's: trainer_state.json, the weights, each rank's rng state;
   with a warmup class, or with no scheduler block, so that the Trainer builds its own torch scheduler,
   ``TRAINERS_OWN``; given its config as GIVEN says: a dict, "auto" values, a file by path; saving after its last
-  step or after each, ``saves``), into a new folder; a long search's job, and its resume, accumulates gradients over 1 or 2
-  micro-batches an optimizer step (``accumulate``: the config's ``gradient_accumulation_steps``, the Trainer's
-  argument of that name);
+  step or after each, ``saves``), into a new folder; a long search's job, and its resume, accumulates gradients
+  over 1 or 2 micro-batches an optimizer step (``accumulate``: the config's ``gradient_accumulation_steps``, the
+  Trainer's argument of that name);
 - ``jobresume``: a job that resumes a folder's newest save (as many ranks as its ZeRO partitions, else the step's),
   each rank in its own mode (a mode changed within the run), through accelerate where the save is accelerate's, through
   the Trainer's ``resume_from_checkpoint`` where the Trainer wrote it (the whole save: the Trainer loads nothing less),
